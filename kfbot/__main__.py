@@ -1,0 +1,5 @@
+import sys
+
+from kfbot.cli import main
+
+sys.exit(main())
