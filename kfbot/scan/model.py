@@ -1,0 +1,234 @@
+"""The scan's vocabulary: small frozen records passed between the scan stages.
+
+Per-file extraction produces `CudaFileFacts` and `PyFileFacts`; linking turns them
+into `Kernel` records; `ScanReport` is what the commands render. Every record says
+where it came from (`file`, 1-based `line`, and for config-declared facts
+`origin="declared"`), so a report can always point a person at the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Origin = Literal["discovered", "declared"]
+TunableKind = Literal[
+    "define", "ifndef_default", "constexpr", "const", "template_arg", "launch_config",
+    "build_flag",
+]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A function or kernel parameter as written (`type` keeps qualifiers)."""
+
+    type: str
+    name: str
+
+
+@dataclass(frozen=True)
+class TemplateParam:
+    kind: Literal["type", "value"]
+    name: str
+    type: str | None = None  # for value parameters, e.g. "int"
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """One place a kernel is launched from host code."""
+
+    file: str
+    line: int
+    kernel: str  # the callee as written, qualifiers included, e.g. "ns::mm"
+    style: Literal["chevron", "cudaLaunchKernel", "function_pointer"]
+    host_function: str | None  # qualified name of the enclosing host function
+    template_args: tuple[str, ...] = ()
+    grid: str | None = None
+    block: str | None = None
+    shared_mem: str | None = None
+    stream: str | None = None
+    args: tuple[str, ...] = ()
+    scope: str = ""  # namespace the launch is written in, for name lookup
+    uses: tuple[str, ...] = ()  # identifiers in the enclosing host function
+
+    @property
+    def callee_name(self) -> str:
+        """The callee without template arguments, e.g. "ns::mm"."""
+        return self.kernel
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How Python reaches a host function: a pybind11 def or a torch library op."""
+
+    kind: Literal["pybind11", "torch_library", "torch_library_impl"]
+    name: str  # the Python-visible name, e.g. "softmax"
+    cpp_function: str | None  # the bound host function, None for schema-only defs
+    module: str  # PYBIND11_MODULE name or TORCH_LIBRARY namespace
+    file: str
+    line: int
+    dispatch_key: str | None = None  # TORCH_LIBRARY_IMPL's key, e.g. "CUDA"
+
+
+@dataclass(frozen=True)
+class BuildRecipe:
+    """How the repository builds an extension that holds kernels."""
+
+    kind: Literal["setup_py", "load", "load_inline"]
+    name: str  # extension / module name
+    file: str
+    line: int
+    sources: tuple[str, ...] = ()  # repo-relative source files
+    inline: bool = False  # sources held in Python strings
+    defines: tuple[tuple[str, str], ...] = ()  # -D flags, value "" for bare -DNAME
+    extra_cflags: tuple[str, ...] = ()
+    extra_cuda_cflags: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()  # load_inline(functions=...)
+    variable: str | None = None  # Python name the loaded module is bound to
+    origin: Origin = "discovered"
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A number the search may change, and where it is set."""
+
+    name: str
+    value: str
+    kind: TunableKind
+    file: str
+    line: int
+    values_seen: tuple[str, ...] = ()  # e.g. template arguments used at launch sites
+    origin: Origin = "discovered"
+
+
+@dataclass(frozen=True)
+class InlineSource:
+    """CUDA or C++ source held in a Python string (or read from a file) for load_inline."""
+
+    build: str  # the load_inline name
+    language: Literal["cuda", "cpp"]
+    text: str | None  # the code, when it is a literal in the Python file
+    line_offset: int  # 0-based line in `file` where `text` starts
+    path: str | None = None  # repo-relative file read into load_inline, when not a literal
+
+
+@dataclass(frozen=True)
+class ReferenceTest:
+    """A test or script that compares a bound op with a pure-PyTorch computation."""
+
+    file: str
+    line: int
+    test: str  # test function name, or "<module>" for script code
+    kind: Literal["pytest", "script", "declared"]
+    op: str  # the op call as written, e.g. "ext.softmax"
+    op_name: str  # the bound name called, e.g. "softmax"
+    module_hint: str | None  # build/extension/namespace the call resolves to, if known
+    reference: str | None  # the reference expression or function, as written
+    comparison: str  # e.g. "torch.testing.assert_close"
+    shapes: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    why: str = ""
+    confidence: float = 0.0
+    origin: Origin = "discovered"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the scan could not read or understand; the scan goes on."""
+
+    file: str
+    line: int | None
+    message: str
+    severity: Literal["error", "warning", "info"] = "warning"
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A `__global__` function as found in one file, before linking."""
+
+    name: str
+    namespace: str  # "" for the global namespace, else "a::b"
+    file: str
+    line: int
+    template_params: tuple[TemplateParam, ...] = ()
+    params: tuple[Param, ...] = ()
+    launch_bounds: tuple[str, ...] | None = None
+    line_offset: int = 0  # non-zero when parsed out of a Python string
+    uses: tuple[str, ...] = ()  # identifiers in the signature and body (for tunables)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.namespace}::{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """A call from one host function to another (to follow launchers to bindings)."""
+
+    caller: str
+    callee: str
+
+
+@dataclass(frozen=True)
+class CudaFileFacts:
+    """Everything one CUDA/C++ file (or inline source) says, before linking."""
+
+    file: str
+    kernels: tuple[KernelDef, ...] = ()
+    launches: tuple[LaunchSite, ...] = ()
+    bindings: tuple[Binding, ...] = ()
+    tunables: tuple[Tunable, ...] = ()
+    includes: tuple[str, ...] = ()  # quoted includes, as written
+    host_functions: tuple[str, ...] = ()
+    host_calls: tuple[HostCall, ...] = ()
+    using_namespaces: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True)
+class PyFileFacts:
+    """Everything one Python file says about builds, inline sources and reference tests."""
+
+    file: str
+    builds: tuple[BuildRecipe, ...] = ()
+    inline_sources: tuple[InlineSource, ...] = ()
+    references: tuple[ReferenceTest, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel after linking: what it is, how it is launched, built, reached and tested."""
+
+    definition: KernelDef
+    launch_sites: tuple[LaunchSite, ...] = ()
+    bindings: tuple[Binding, ...] = ()
+    builds: tuple[BuildRecipe, ...] = ()
+    tunables: tuple[Tunable, ...] = ()
+    references: tuple[ReferenceTest, ...] = ()
+    editable_files: tuple[str, ...] = ()
+    origin: Origin = "discovered"
+    task: str | None = None  # name of the config task that declared or amended it
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def file(self) -> str:
+        return self.definition.file
+
+    @property
+    def id(self) -> str:
+        """`file::qualified_name`, unique within a scan and accepted on the command line."""
+        return f"{self.definition.file}::{self.definition.qualified_name}"
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    root: str
+    kernels: tuple[Kernel, ...]
+    problems: tuple[Problem, ...] = ()
+    files_scanned: int = 0
+    skipped_dirs: tuple[str, ...] = field(default=())

@@ -1,0 +1,88 @@
+"""The one module that talks to tree-sitter: parsers, compiled queries, node helpers.
+
+The CUDA grammar is used for every C/C++/CUDA file: it is a superset of the C++
+grammar that also understands `__global__`, `__launch_bounds__` and `<<<...>>>`,
+which the plain C++ grammar turns into error nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+
+import tree_sitter as ts
+import tree_sitter_cuda
+
+Node = ts.Node
+Tree = ts.Tree
+
+
+@cache
+def cuda_language() -> ts.Language:
+    return ts.Language(tree_sitter_cuda.language())
+
+
+@cache
+def _parser() -> ts.Parser:
+    return ts.Parser(cuda_language())
+
+
+def parse_cuda(source: bytes) -> ts.Tree:
+    return _parser().parse(source)
+
+
+@cache
+def query(pattern: str) -> ts.Query:
+    """Compile a query once per process; patterns are module constants."""
+    compiled: ts.Query = ts.Query(cuda_language(), pattern)
+    return compiled
+
+
+def matches(pattern: str, node: Node) -> Iterator[dict[str, Node]]:
+    """Yield each match of `pattern` under `node` as {capture: first node}."""
+    cursor = ts.QueryCursor(query(pattern))
+    for _, captures in cursor.matches(node):
+        yield {name: nodes[0] for name, nodes in captures.items()}
+
+
+def text(node: Node | None) -> str:
+    if node is None or node.text is None:
+        return ""
+    return node.text.decode("utf-8", errors="replace")
+
+
+def line(node: Node) -> int:
+    """1-based line of the node's first character."""
+    return int(node.start_point[0]) + 1
+
+
+def ancestors(node: Node) -> Iterator[Node]:
+    parent = node.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
+def error_lines(tree: ts.Tree, limit: int = 5) -> list[int]:
+    """Lines of the first `limit` ERROR or MISSING nodes, for a readable problem report."""
+    found: list[int] = []
+    cursor = ts.QueryCursor(query("(ERROR) @e"))
+    for node in cursor.captures(tree.root_node).get("e", []):
+        found.append(line(node))
+        if len(found) >= limit:
+            return sorted(set(found))
+    if not found and tree.root_node.has_error:
+        found.extend(_missing_lines(tree.root_node, limit))
+    return sorted(set(found))
+
+
+def _missing_lines(root: Node, limit: int) -> list[int]:
+    out: list[int] = []
+    stack = [root]
+    while stack and len(out) < limit:
+        node = stack.pop()
+        if node.is_missing:
+            out.append(line(node))
+        elif node.has_error:
+            stack.extend(node.children)
+    return out
