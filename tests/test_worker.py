@@ -1,0 +1,264 @@
+"""The worker session: every way a job fails is a value, and the session recovers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kfbot.errors import KfbotError
+from kfbot.evaluate.worker import (
+    DEFAULT_TAIL_BYTES,
+    JobResult,
+    WorkerSession,
+    cuda_error_kind,
+    run_job,
+    scrubbed_env,
+)
+
+TESTS_DIR = Path(__file__).resolve().parent
+MIB = 1024 * 1024
+TIMEOUT_S = 1.0  # what a job that hangs is given
+SLACK_S = 10.0  # what a job that finishes is given: generous for a loaded machine
+
+
+def job(name: str) -> str:
+    return f"worker_jobs:{name}"
+
+
+@pytest.fixture
+def session() -> Iterator[WorkerSession]:
+    with WorkerSession(python_path=[TESTS_DIR], output_cap_bytes=MIB) as live:
+        yield live
+
+
+def call(session: WorkerSession, name: str, **payload: object) -> JobResult:
+    timeout_s = TIMEOUT_S if name == "spin" else SLACK_S
+    return session.call(job(name), payload, timeout_s)
+
+
+def child_pid(session: WorkerSession) -> int:
+    result = call(session, "pid")
+    assert result.status == "ok", result.reason
+    assert result.value is not None
+    pid = result.value["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has already died
+
+
+def gone_soon(pid: int, within_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def test_ok_jobs_reuse_one_process(session: WorkerSession) -> None:
+    first = child_pid(session)
+    result = call(session, "add", a=2, b=3)
+    assert (result.status, result.kind, result.value) == ("ok", "ok", {"sum": 5})
+    assert result.diagnostic() is None
+    assert result.reason.startswith("finished in")
+    assert child_pid(session) == first == session.pid
+
+
+# name, status, kind, part of the reason, whether the process must be replaced
+FAULTS = [
+    ("segfault", "crashed", "segfault", "worker died with SIGSEGV", True),
+    ("abort", "crashed", "abort", "worker died with SIGABRT", True),
+    ("kill_self", "crashed", "killed", "worker died with SIGKILL", True),
+    ("exit_code", "crashed", "exited", "exited with code 3", True),
+    ("assert_then_abort", "crashed", "device_assert", "SIGABRT after a CUDA error", True),
+    ("raise_illegal_address", "error", "illegal_address", "illegal memory access", True),
+    ("raise_oom", "error", "oom", "RuntimeError: CUDA out of memory", True),
+    ("spin", "timeout", "timeout", "killed after 1.0 s timeout", True),
+    ("flood", "output_flood", "output_flood", "more than 1.0 MiB", True),
+    ("raise_value_error", "error", "exception", "ValueError: bad input 0", False),
+    ("not_a_dict", "error", "bad_result", "job returned list", False),
+    ("not_json", "error", "bad_result", "not JSON serializable", False),
+    ("no_such_job", "error", "bad_ref", "has no attribute 'no_such_job'", False),
+]
+
+
+@pytest.mark.parametrize(("name", "status", "kind", "reason", "replaced"), FAULTS)
+def test_fault_is_recorded_and_next_job_succeeds(
+    session: WorkerSession, name: str, status: str, kind: str, reason: str, replaced: bool
+) -> None:
+    before = child_pid(session)
+    result = call(session, name)
+    assert (result.status, result.kind, result.value) == (status, kind, None)
+    assert reason in result.reason
+    assert len(result.output_tail) <= DEFAULT_TAIL_BYTES
+    diagnostic = result.diagnostic()
+    assert diagnostic is not None
+    assert (diagnostic.stage, diagnostic.kind) == ("runtime", kind)
+    assert diagnostic.message == result.reason
+    # A replaced process is gone at once, so a dead CUDA context holds no memory.
+    assert (session.pid is None) == replaced
+    after = child_pid(session)
+    assert (after != before) == replaced
+
+
+def test_timeout_returns_promptly(session: WorkerSession) -> None:
+    spinner = child_pid(session)
+    started = time.monotonic()
+    result = call(session, "spin")
+    elapsed = time.monotonic() - started
+    assert result.status == "timeout"
+    assert TIMEOUT_S <= result.duration_s <= elapsed < TIMEOUT_S + 2.0
+    assert gone_soon(spinner)
+
+
+def test_exception_keeps_type_message_and_job_frames(session: WorkerSession) -> None:
+    result = call(session, "raise_value_error", n=7)
+    assert result.reason == "ValueError: bad input 7"
+    assert "in raise_value_error" in result.traceback
+    assert "worker_main.py" not in result.traceback  # only the job's own frames
+    diagnostic = result.diagnostic()
+    assert diagnostic is not None
+    assert ("traceback", result.traceback) in diagnostic.details
+
+
+def test_job_can_ask_for_a_fresh_process(session: WorkerSession) -> None:
+    result = call(session, "ask_restart")
+    assert result.status == "ok"
+    assert result.value is not None
+    assert set(result.value) == {"pid"}  # the request to restart is not part of the value
+    assert child_pid(session) != result.value["pid"]
+
+
+def test_child_killed_between_jobs_is_replaced(session: WorkerSession) -> None:
+    first = child_pid(session)
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.1)
+    assert child_pid(session) != first
+
+
+SECRETS = ["GITHUB_TOKEN", "ANTHROPIC_API_KEY", "MY_SECRET", "X_API_KEY", "SOME_PASSWORD"]
+
+
+def test_secrets_never_reach_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in SECRETS:
+        monkeypatch.setenv(name, "s3cr3t-value")
+    extras = {"KFBOT_EXTRA": "kept", "EXTRA_AUTH_HEADER": "s3cr3t-value"}
+    with WorkerSession(python_path=[TESTS_DIR], gpu=3, env=extras) as live:
+        result = call(live, "env_keys")
+    assert result.status == "ok", result.reason
+    assert result.value is not None
+    env = result.value["env"]
+    assert not {*SECRETS, "EXTRA_AUTH_HEADER"} & set(env)
+    assert "s3cr3t-value" not in env.values()
+    assert env["PATH"] == os.environ["PATH"]
+    assert env["KFBOT_EXTRA"] == "kept"
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(TESTS_DIR)
+
+
+def test_scrubbed_env_drops_secret_names_case_insensitively() -> None:
+    base = {"PATH": "/bin", "GITHUB_TOKEN": "t", "aws_secret_access_key": "k", "HOME": "/h"}
+    extra = {"Db_Password": "p", "LANG": "C", "SSH_AUTH_SOCK": "/s", "my_cookie": "c"}
+    assert scrubbed_env(base, extra) == {"PATH": "/bin", "HOME": "/h", "LANG": "C"}
+
+
+def test_printed_answers_do_not_confuse_the_channel(session: WorkerSession) -> None:
+    first = child_pid(session)
+    result = call(session, "noisy")
+    assert (result.status, result.value) == ("ok", {"real": True})
+    assert '{"type": "result", "value": {"fake": true}}' in result.output_tail
+    assert "raw stdout marker" in result.output_tail
+    assert child_pid(session) == first
+
+
+def test_output_tail_is_per_job(session: WorkerSession) -> None:
+    call(session, "noisy")
+    assert call(session, "add", a=1, b=1).output_tail == ""
+
+
+def test_large_payload_and_result_cross_the_pipes(session: WorkerSession) -> None:
+    blob = "y" * (3 * MIB)  # far over a pipe's buffer in both directions
+    result = call(session, "echo", blob=blob)
+    assert result.value == {"echo": {"blob": blob}}
+
+
+def test_startup_failure_is_reported_not_hung(tmp_path: Path) -> None:
+    # `python -m` puts the working directory first on the path, so this shadows kfbot.
+    (tmp_path / "kfbot").mkdir()
+    (tmp_path / "kfbot" / "__init__.py").write_text(
+        "raise ImportError('kfbot broken on purpose')\n"
+    )
+    with WorkerSession(cwd=tmp_path, startup_timeout_s=20.0) as live:
+        for _ in range(2):  # and stays reported, rather than wedging the session
+            started = time.monotonic()
+            result = live.call(job("echo"), {}, TIMEOUT_S)
+            assert time.monotonic() - started < 10.0
+            assert (result.status, result.kind) == ("crashed", "startup")
+            assert "ImportError: kfbot broken on purpose" in result.reason
+            assert "exit code 1" in result.reason
+
+
+def test_slow_startup_times_out(tmp_path: Path) -> None:
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(60)\n")
+    with WorkerSession(
+        python_path=[tmp_path], preload=["slow_import"], startup_timeout_s=0.5
+    ) as live:
+        started = time.monotonic()
+        result = live.call(job("echo"), {}, TIMEOUT_S)
+    assert time.monotonic() - started < 3.0
+    assert (result.status, result.kind) == ("crashed", "startup")
+    assert "no answer within 0.5 s" in result.reason
+
+
+def test_missing_interpreter_is_a_startup_failure() -> None:
+    with WorkerSession(python="/nonexistent/python3") as live:
+        result = live.call(job("echo"), {}, TIMEOUT_S)
+    assert (result.status, result.kind) == ("crashed", "startup")
+    assert "cannot run /nonexistent/python3" in result.reason
+
+
+def test_processes_a_job_starts_die_with_the_session() -> None:
+    with WorkerSession(python_path=[TESTS_DIR]) as live:
+        result = call(live, "start_sleeper")
+        assert result.value is not None
+        sleeper = result.value["pid"]
+        assert alive(sleeper)
+    assert gone_soon(sleeper)
+
+
+def test_run_job_is_a_one_shot_session() -> None:
+    result = run_job(job("echo"), {"a": [1, 2]}, 5.0, python_path=[TESTS_DIR])
+    assert (result.status, result.value) == ("ok", {"echo": {"a": [1, 2]}})
+
+
+def test_caller_mistakes_raise(session: WorkerSession) -> None:
+    with pytest.raises(KfbotError, match="not JSON-able"):
+        session.call(job("echo"), {"x": object()}, TIMEOUT_S)
+    with pytest.raises(KfbotError, match="must be positive"):
+        session.call(job("echo"), {}, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("CUDA error: an illegal memory access was encountered", "illegal_address"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "oom"),
+        ("CUDA error: unspecified launch failure", "launch_failure"),
+        ("CUDA error: misaligned address", "misaligned_address"),
+        ("CUDA error: device-side assert triggered", "device_assert"),
+        ("ValueError: shapes differ", None),
+    ],
+)
+def test_cuda_error_kind(text: str, kind: str | None) -> None:
+    assert cuda_error_kind(text) == kind
