@@ -26,7 +26,8 @@ void launch(float* a, float* b, int n, cudaStream_t st) {
 def test_kernel_definition_fields() -> None:
     facts = extract_cuda_facts("src/t.cu", TEMPLATED)
     (k,) = facts.kernels
-    assert (k.name, k.namespace, k.qualified_name, k.line) == ("mm", "ns::inner", "ns::inner::mm", 5)
+    assert (k.name, k.namespace, k.qualified_name, k.line) == (
+        "mm", "ns::inner", "ns::inner::mm", 5)
     assert [(t.kind, t.name, t.type, t.default) for t in k.template_params] == [
         ("value", "TILE", "int", None), ("type", "T", None, None), ("value", "VEC", "int", "4")]
     assert [(p.type, p.name) for p in k.params] == [

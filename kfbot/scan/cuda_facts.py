@@ -7,7 +7,9 @@ written (with their namespace scope) and resolved across files by `link`.
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 
 from kfbot.scan import treesitter as tsx
@@ -45,14 +47,22 @@ BINDING_Q = """(function_definition declarator: (function_declarator declarator:
   (#match? @macro "^(PYBIND11_MODULE|TORCH_LIBRARY|TORCH_LIBRARY_IMPL|TORCH_LIBRARY_FRAGMENT)$"))"""
 MEMBER_CALL_Q = """(call_expression function: (field_expression argument: (identifier) @obj
   field: (field_identifier) @method) arguments: (argument_list) @args) @call"""
+ASSIGN_Q = """[(init_declarator declarator: (_) @target value: (_) @value)
+  (assignment_expression left: (identifier) @target right: (_) @value)]"""
 IDENT_Q = "[(identifier) (type_identifier) (namespace_identifier)] @id"
 
+SCOPE_Q = "[(namespace_definition) (class_specifier) (struct_specifier)] @s"
+TEMPLATE_Q = """(template_declaration parameters: (template_parameter_list) @params
+  (function_definition) @fn)"""
+IFNDEF_Q = """(preproc_ifdef "#ifndef" name: (identifier) @guard
+  (preproc_def name: (identifier) @name) @def)"""
+FILE_PATTERNS = (KERNEL_Q, FUNCTION_Q, LAUNCH_Q, LAUNCH_API_Q, CALL_Q, DEFINE_Q, CONST_Q,
+                 INCLUDE_Q, USING_Q, BINDING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, ASSIGN_Q, IDENT_Q)
 INT_TYPES = frozenset({
     "int", "unsigned", "unsigned int", "long", "long long", "short", "size_t", "int32_t",
     "int64_t", "uint32_t", "uint64_t", "index_t",
 })
 NUMBER = re.compile(r"^\(?\s*-?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\s*\)?$")
-_SCOPE_NODES = frozenset({"namespace_definition", "class_specifier", "struct_specifier"})
 # Calls that only re-type their argument: `&f` inside is the function being bound/launched.
 CAST_FUNCTIONS = frozenset({"reinterpret_cast", "static_cast", "const_cast", "overload_cast",
                             "TORCH_FN"})
@@ -63,28 +73,100 @@ def extract_cuda_facts(rel_path: str, source: bytes, line_offset: int = 0) -> Cu
     """Read one CUDA/C++ source. `line_offset` shifts lines for code held in Python strings."""
     tree = tsx.parse_cuda(source)
     root = tree.root_node
-    ctx = _Ctx(rel_path, line_offset)
+    ctx = _Ctx(rel_path, line_offset, root)
     return CudaFileFacts(
         file=rel_path,
-        kernels=tuple(_kernel(ctx, m["fn"]) for m in tsx.matches(KERNEL_Q, root)),
+        kernels=tuple(_kernel(ctx, m["fn"]) for m in ctx.found(KERNEL_Q)),
         launches=tuple(_launches(ctx, root)),
         bindings=tuple(_bindings(ctx, root)),
         tunables=tuple(_tunables(ctx, root)),
-        includes=tuple(tsx.text(m["path"]).strip('"') for m in tsx.matches(INCLUDE_Q, root)),
-        host_functions=tuple(_host_functions(root)),
-        host_calls=tuple(_host_calls(root)),
-        using_namespaces=tuple(_compact(tsx.text(m["ns"])) for m in tsx.matches(USING_Q, root)),
+        includes=tuple(tsx.text(m["path"]).strip('"') for m in ctx.found(INCLUDE_Q)),
+        host_functions=tuple(_host_functions(ctx)),
+        host_calls=tuple(_host_calls(ctx, root)),
+        using_namespaces=tuple(_compact(tsx.text(m["ns"])) for m in ctx.found(USING_Q)),
         problems=tuple(_syntax_problems(ctx, tree)),
     )
 
 
 class _Ctx:
-    def __init__(self, file: str, line_offset: int) -> None:
+    """Per-file lookups built once from queries.
+
+    tree-sitter's `Node.parent` searches down from the root, so walking ancestors
+    is quadratic on a large file; scopes and enclosing functions are found by
+    byte ranges instead.
+    """
+
+    def __init__(self, file: str, line_offset: int, root: Node) -> None:
         self.file = file
         self.line_offset = line_offset
+        # One pass of one multi-pattern query: each query pass costs a walk of the tree.
+        self._found = tsx.matches_by_pattern(FILE_PATTERNS, root)
+        self.scopes = [(n.start_byte, n.end_byte, _compact(tsx.text(name)))
+                       for m in self.found(SCOPE_Q)
+                       if (name := (n := m["s"]).child_by_field_name("name")) is not None]
+        self.functions = sorted(((m["fn"].start_byte, m["fn"].end_byte, m["fn"])
+                                 for m in self.found(FUNCTION_Q)), key=lambda t: t[0])
+        self.starts = [f[0] for f in self.functions]
+        self.template_lists = {m["fn"].id: m["params"] for m in self.found(TEMPLATE_Q)}
+        self.guarded = {m["def"].id for m in self.found(IFNDEF_Q)
+                        if tsx.text(m["guard"]) == tsx.text(m["name"])}
+
+        self._uses: dict[int, tuple[str, ...]] | None = None
+        self._assigned: dict[tuple[int, str], list[Node]] | None = None
+        self.root = root
 
     def line(self, node: Node) -> int:
         return tsx.line(node) + self.line_offset
+
+    def found(self, pattern: str) -> list[dict[str, Node]]:
+        return self._found[FILE_PATTERNS.index(pattern)]
+
+    def uses(self, fn: Node) -> tuple[str, ...]:
+        """Identifiers written inside function `fn` (one query for the whole file)."""
+        if self._uses is None:
+            buckets: dict[int, set[str]] = defaultdict(set)
+            for m in self.found(IDENT_Q):
+                node = m["id"]
+                owner = self.enclosing_function(node)
+                if owner is not None:
+                    buckets[owner.start_byte].add(tsx.text(node))
+            self._uses = {k: tuple(sorted(v)) for k, v in buckets.items()}
+        return self._uses.get(fn.start_byte, ())
+
+    def assigned(self, fn: Node, name: str) -> list[Node]:
+        """Values assigned to local `name` inside `fn` (one query for the whole file)."""
+        if self._assigned is None:
+            self._assigned = defaultdict(list)
+            for m in self.found(ASSIGN_Q):
+                target = _declarator_name(m["target"]) if "target" in m else None
+                owner = self.enclosing_function(m["value"])
+                if target is not None and owner is not None:
+                    self._assigned[(owner.start_byte, tsx.text(target))].append(m["value"])
+        return self._assigned.get((fn.start_byte, name), [])
+
+    def scope_of(self, node: Node) -> list[str]:
+        """Enclosing namespaces and classes, outermost first (anonymous ones skipped)."""
+        at = node.start_byte
+        inside = [(start, name) for start, end, name in self.scopes
+                  if start < at and end >= node.end_byte]
+        return [name for _, name in sorted(inside)]
+
+    def enclosing_function(self, node: Node) -> Node | None:
+        i = bisect.bisect_left(self.starts, node.start_byte) - 1
+        while i >= 0:
+            _, end, fn = self.functions[i]
+            if end >= node.end_byte:
+                return fn
+            i -= 1
+        return None
+
+    def function_name(self, fn: Node) -> str | None:
+        """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
+        name = _declarator_name(fn.child_by_field_name("declarator"))
+        if name is None:
+            return None
+        parts = [*self.scope_of(fn), _compact(tsx.text(name))]
+        return "::".join(p for p in parts if p)
 
 
 def _syntax_problems(ctx: _Ctx, tree: tsx.Tree) -> Iterable[Problem]:
@@ -104,17 +186,6 @@ def _compact(s: str) -> str:
     return re.sub(r"\s+(?=[<>,:*&])|(?<=[<>,:*&(])\s+", "", " ".join(s.split()))
 
 
-def scope_of(node: Node) -> list[str]:
-    """Enclosing namespaces and classes, outermost first; anonymous namespaces are skipped."""
-    names: list[str] = []
-    for anc in tsx.ancestors(node):
-        if anc.type in _SCOPE_NODES:
-            name = anc.child_by_field_name("name")
-            if name is not None:
-                names.append(_compact(tsx.text(name)))
-    return list(reversed(names))
-
-
 def _declarator_name(node: Node | None) -> Node | None:
     """Descend declarator wrappers (pointer, reference, array, function) to the name."""
     while node is not None and node.type not in (
@@ -127,19 +198,6 @@ def _declarator_name(node: Node | None) -> Node | None:
                           or c.type == "identifier"), None)
         node = inner
     return node
-
-
-def function_name(fn: Node) -> str | None:
-    """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
-    name = _declarator_name(fn.child_by_field_name("declarator"))
-    if name is None:
-        return None
-    parts = [*scope_of(fn), _compact(tsx.text(name))]
-    return "::".join(p for p in parts if p)
-
-
-def _enclosing_function(node: Node) -> Node | None:
-    return next((a for a in tsx.ancestors(node) if a.type == "function_definition"), None)
 
 
 def _is_device_only(fn: Node) -> bool:
@@ -171,11 +229,6 @@ def _last_template_args(node: Node) -> Node | None:
     return None
 
 
-def _identifiers(node: Node) -> tuple[str, ...]:
-    found = {tsx.text(m["id"]) for m in tsx.matches(IDENT_Q, node)}
-    return tuple(sorted(found))
-
-
 # --- kernels ---------------------------------------------------------------------------
 
 
@@ -186,15 +239,15 @@ def _kernel(ctx: _Ctx, fn: Node) -> KernelDef:
     bounds = next((c for c in fn.children if c.type == "launch_bounds"), None)
     return KernelDef(
         name=_compact(tsx.text(name_node)).split("::")[-1],
-        namespace="::".join(scope_of(fn)),
+        namespace="::".join(ctx.scope_of(fn)),
         file=ctx.file,
         line=ctx.line(fn),
-        template_params=_template_params(fn),
+        template_params=_template_params(ctx.template_lists.get(fn.id)),
         params=tuple(_param(p) for p in _param_decls(params_node)),
         launch_bounds=(tuple(_compact(tsx.text(c)) for c in bounds.named_children)
                        if bounds is not None else None),
         line_offset=ctx.line_offset,
-        uses=_identifiers(fn),
+        uses=ctx.uses(fn),
     )
 
 
@@ -222,11 +275,7 @@ def _param(decl: Node) -> Param:
     return Param(type=" ".join(type_text.split()), name=tsx.text(name))
 
 
-def _template_params(fn: Node) -> tuple[TemplateParam, ...]:
-    parent = fn.parent
-    if parent is None or parent.type != "template_declaration":
-        return ()
-    plist = parent.child_by_field_name("parameters")
+def _template_params(plist: Node | None) -> tuple[TemplateParam, ...]:
     if plist is None:
         return ()
     return tuple(tp for c in plist.named_children if (tp := _template_param(c)) is not None)
@@ -252,12 +301,12 @@ def _template_param(node: Node) -> TemplateParam | None:
 
 
 def _launches(ctx: _Ctx, root: Node) -> Iterable[LaunchSite]:
-    for m in tsx.matches(LAUNCH_Q, root):
+    for m in ctx.found(LAUNCH_Q):
         cfg: list[str | None] = [_compact(tsx.text(c)) for c in m["cfg"].named_children]
         cfg += [None] * (4 - len(cfg))
-        for callee, style in _resolve_callee(m["callee"], "chevron"):
+        for callee, style in _resolve_callee(ctx, m["callee"], "chevron"):
             yield _launch_site(ctx, m["call"], callee, style, cfg[:4], m["args"].named_children)
-    for m in tsx.matches(LAUNCH_API_Q, root):
+    for m in ctx.found(LAUNCH_API_Q):
         args = m["args"].named_children
         pick = 1 if tsx.text(m["api"]).startswith("cudaLaunchKernelEx") else 0
         if len(args) <= pick:
@@ -266,7 +315,7 @@ def _launches(ctx: _Ctx, root: Node) -> Iterable[LaunchSite]:
         if pick == 0 and len(args) >= 3:
             grid_block = [_compact(tsx.text(a)) if a is not None else None
                           for a in (args[1], args[2], _nth(args, 4), _nth(args, 5))]
-        for callee, _ in _resolve_callee(args[pick], "cudaLaunchKernel"):
+        for callee, _ in _resolve_callee(ctx, args[pick], "cudaLaunchKernel"):
             yield _launch_site(ctx, m["call"], callee, "cudaLaunchKernel", grid_block, [])
 
 
@@ -277,30 +326,30 @@ def _nth(nodes: list[Node], i: int) -> Node | None:
 def _launch_site(ctx: _Ctx, call: Node, callee: Node, style: str, cfg: list[str | None],
                  args: list[Node]) -> LaunchSite:
     name, targs = _split_template(callee)
-    fn = _enclosing_function(call)
+    fn = ctx.enclosing_function(call)
     return LaunchSite(
         file=ctx.file, line=ctx.line(call), kernel=name,
         style=style,  # type: ignore[arg-type]
-        host_function=function_name(fn) if fn is not None else None,
+        host_function=ctx.function_name(fn) if fn is not None else None,
         template_args=targs, grid=cfg[0], block=cfg[1], shared_mem=cfg[2], stream=cfg[3],
         args=tuple(_compact(tsx.text(a)) for a in args),
-        scope="::".join(scope_of(call)),
-        uses=_identifiers(fn) if fn is not None else (),
+        scope="::".join(ctx.scope_of(call)),
+        uses=ctx.uses(fn) if fn is not None else (),
     )
 
 
-def _resolve_callee(expr: Node, style: str) -> list[tuple[Node, str]]:
+def _resolve_callee(ctx: _Ctx, expr: Node, style: str) -> list[tuple[Node, str]]:
     """Strip casts and `&`; follow a local function-pointer variable to what it holds."""
     expr = _strip(expr)
     if expr.type == "conditional_expression":
         return [pair for field in ("consequence", "alternative")
                 if (branch := expr.child_by_field_name(field)) is not None
-                for pair in _resolve_callee(branch, style)]
+                for pair in _resolve_callee(ctx, branch, style)]
     if expr.type == "identifier":
-        held = _local_values(expr)
+        held = _local_values(ctx, expr)
         if held:
             kind = "function_pointer" if style == "chevron" else style
-            return [(n, kind) for value in held for n, _ in _resolve_callee(value, kind)]
+            return [(n, kind) for value in held for n, _ in _resolve_callee(ctx, value, kind)]
     return [(expr, style)]
 
 
@@ -326,34 +375,19 @@ def _is_cast_call(call: Node) -> bool:
     return _split_template(fn)[0].rsplit("::", 1)[-1] in CAST_FUNCTIONS
 
 
-def _local_values(ident: Node) -> list[Node]:
+def _local_values(ctx: _Ctx, ident: Node) -> list[Node]:
     """Values assigned to a local variable named like `ident` in the same function."""
-    fn = _enclosing_function(ident)
+    fn = ctx.enclosing_function(ident)
     if fn is None:
         return []
-    want = tsx.text(ident)
-    values: list[Node] = []
-    stack = [fn]
-    while stack:
-        node = stack.pop()
-        if node.type == "init_declarator":
-            name = _declarator_name(node.child_by_field_name("declarator"))
-            value = node.child_by_field_name("value")
-            if name is not None and tsx.text(name) == want and value is not None:
-                values.append(value)
-        elif node.type == "assignment_expression":
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            if left is not None and right is not None and tsx.text(left) == want:
-                values.append(right)
-        stack.extend(node.named_children)
-    return [v for v in values if v.id != ident.id]
+    return [v for v in ctx.assigned(fn, tsx.text(ident)) if v.id != ident.id]
 
 
 # --- bindings --------------------------------------------------------------------------
 
 
 def _bindings(ctx: _Ctx, root: Node) -> Iterable[Binding]:
-    for macro, params, body in _binding_blocks(root):
+    for macro, params, body in _binding_blocks(ctx):
         names = [_compact(tsx.text(p)) for p in _param_decls(params)]
         if len(names) < 2:
             continue
@@ -367,8 +401,8 @@ def _bindings(ctx: _Ctx, root: Node) -> Iterable[Binding]:
                 yield binding
 
 
-def _binding_blocks(root: Node) -> Iterable[tuple[str, Node, Node]]:
-    for m in tsx.matches(BINDING_Q, root):
+def _binding_blocks(ctx: _Ctx) -> Iterable[tuple[str, Node, Node]]:
+    for m in ctx.found(BINDING_Q):
         yield tsx.text(m["macro"]), m["params"], m["body"]
 
 
@@ -399,16 +433,19 @@ def _bound_function(arg: Node) -> str | None:
         return _split_template(calls[0])[0] if calls else None
     if arg.type in ("identifier", "qualified_identifier", "template_function"):
         return _split_template(arg)[0]
+    if arg.type == "call_expression":  # a wrapper such as torch::wrap_pybind_function(f)
+        args = arg.child_by_field_name("arguments")
+        if args is not None and args.named_children:
+            return _bound_function(args.named_children[0])
     return None
 
 
 # --- host functions and calls ----------------------------------------------------------
 
 
-def _host_functions(root: Node) -> Iterable[str]:
-    for m in tsx.matches(FUNCTION_Q, root):
-        fn = m["fn"]
-        name = function_name(fn)
+def _host_functions(ctx: _Ctx) -> Iterable[str]:
+    for _, _, fn in ctx.functions:
+        name = ctx.function_name(fn)
         if name is not None and not _is_device_only(fn) and name not in BINDING_MACROS:
             yield name
 
@@ -417,13 +454,13 @@ def _is_launch(call: Node) -> bool:
     return any(c.type == "kernel_call_syntax" for c in call.children)
 
 
-def _host_calls(root: Node) -> Iterable[HostCall]:
+def _host_calls(ctx: _Ctx, root: Node) -> Iterable[HostCall]:
     seen: set[tuple[str, str]] = set()
-    for m in tsx.matches(CALL_Q, root):
-        fn = _enclosing_function(m["call"])
+    for m in ctx.found(CALL_Q):
+        fn = ctx.enclosing_function(m["call"])
         if fn is None or _is_device_only(fn) or _is_launch(m["call"]):
             continue
-        caller = function_name(fn)
+        caller = ctx.function_name(fn)
         callee = _split_template(m["callee"])[0]
         if caller is not None and (caller, callee) not in seen:
             seen.add((caller, callee))
@@ -434,27 +471,18 @@ def _host_calls(root: Node) -> Iterable[HostCall]:
 
 
 def _tunables(ctx: _Ctx, root: Node) -> Iterable[Tunable]:
-    for m in tsx.matches(DEFINE_Q, root):
+    for m in ctx.found(DEFINE_Q):
         value = tsx.text(m["value"]).strip()
         if NUMBER.match(value):
             name = tsx.text(m["name"])
-            kind: TunableKind = "ifndef_default" if _ifndef_guarded(m["def"], name) \
-                else "define"
+            kind: TunableKind = "ifndef_default" if m["def"].id in ctx.guarded else "define"
             yield Tunable(name=name, value=value.strip("()").strip(), kind=kind,
                           file=ctx.file, line=ctx.line(m["def"]))
-    for m in tsx.matches(CONST_Q, root):
+    for m in ctx.found(CONST_Q):
         const_kind = _const_kind(m["decl"])
         if const_kind is not None:
             yield Tunable(name=tsx.text(m["name"]), value=tsx.text(m["value"]), kind=const_kind,
                           file=ctx.file, line=ctx.line(m["decl"]))
-
-
-def _ifndef_guarded(define: Node, name: str) -> bool:
-    parent = define.parent
-    if parent is None or parent.type != "preproc_ifdef":
-        return False
-    guard = parent.child_by_field_name("name")
-    return parent.children[0].type == "#ifndef" and tsx.text(guard) == name
 
 
 def _const_kind(decl: Node) -> TunableKind | None:

@@ -45,6 +45,26 @@ def matches(pattern: str, node: Node) -> Iterator[dict[str, Node]]:
         yield {name: nodes[0] for name, nodes in captures.items()}
 
 
+def matches_by_pattern(patterns: tuple[str, ...], node: Node) -> list[list[dict[str, Node]]]:
+    """Run several one-pattern queries as one query (one walk of the tree).
+
+    Returns, for each pattern in order, its matches as {capture: first node}.
+    """
+    combined = query("\n".join(patterns))
+    if combined.pattern_count != len(patterns):
+        raise ValueError("each pattern must be exactly one query pattern")
+    out: list[list[dict[str, Node]]] = [[] for _ in patterns]
+    for index, captures in ts.QueryCursor(combined).matches(node):
+        out[index].append({name: nodes[0] for name, nodes in captures.items()})
+    return out
+
+
+def captures(pattern: str, node: Node) -> dict[str, list[Node]]:
+    """All captures of `pattern` under `node`, by capture name, in document order."""
+    found: dict[str, list[Node]] = ts.QueryCursor(query(pattern)).captures(node)
+    return found
+
+
 def text(node: Node | None) -> str:
     if node is None or node.text is None:
         return ""

@@ -1,0 +1,74 @@
+"""`kfbot scan [PATH]`: list every kernel, how it is built, reached and tested."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+
+from kfbot.config import Config, load_config
+from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.scan.model import ScanReport
+from kfbot.scan.render import print_table, to_json, to_markdown
+from kfbot.scan.scanner import scan
+from kfbot.scan.select import select_kernel
+
+PROGRESS_MIN_FILES = 500
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("scan", help="find CUDA kernels, their builds, bindings and tests")
+    p.add_argument("path", nargs="?", default=".", help="repository folder (default: .)")
+    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
+    p.add_argument("--kernel", action="append", default=[],
+                   help="show only this kernel (name, ns::name or file::name); repeatable")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_const", const="json", dest="format",
+                     help="print the JSON report (schema: kfbot/schemas/scan-v1.json)")
+    fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.path)
+    config = load_config(args.config, root)
+    report = _scan_with_progress(root, config, args.jobs)
+    if args.kernel:
+        chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
+        report = ScanReport(report.root, tuple(chosen), report.problems, report.files_scanned,
+                            report.skipped_dirs)
+    _emit(report, args.format or "table")
+    if not report.kernels:
+        print(f"kfbot: no CUDA kernels found under {report.root} "
+              f"({report.files_scanned} source files scanned)", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanReport:
+    if not sys.stderr.isatty():
+        return scan(root, config, jobs=jobs)
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("scanning", total=None)
+
+        def tick(done: int, total: int) -> None:
+            if total >= PROGRESS_MIN_FILES:
+                bar.update(task, completed=done, total=total)
+
+        return scan(root, config, progress=tick, jobs=jobs)
+
+
+def _emit(report: ScanReport, fmt: str) -> None:
+    if fmt == "json":
+        json.dump(to_json(report), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif fmt == "markdown":
+        sys.stdout.write(to_markdown(report))
+    else:
+        # A pipe or a file gets a wide table rather than rich's 80-column default.
+        print_table(report, Console(width=None if sys.stdout.isatty() else 200))

@@ -1,0 +1,145 @@
+"""Build `Kernel` records from linked facts: one pass per kind of fact."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from kfbot.scan.cuda_facts import NUMBER
+from kfbot.scan.link import (
+    Linker,
+    inline_bindings,
+    match_reference,
+    module_names,
+    torch_extension_module,
+)
+from kfbot.scan.model import (
+    Binding,
+    BuildRecipe,
+    CudaFileFacts,
+    Kernel,
+    KernelDef,
+    LaunchSite,
+    ReferenceTest,
+    Tunable,
+)
+
+
+def assemble(linker: Linker) -> list[Kernel]:
+    launches = _launches_by_kernel(linker)
+    bindings = _all_bindings(linker)
+    facts_by_file: dict[str, list[CudaFileFacts]] = defaultdict(list)
+    for f in linker.cuda:
+        facts_by_file[f.file].append(f)
+    kernels = []
+    for kdef in linker.kernels:
+        sites = tuple(launches.get(kdef, ()))
+        builds = _builds(linker, kdef, sites)
+        kernels.append(Kernel(
+            definition=kdef,
+            launch_sites=sites,
+            bindings=tuple(_bindings_for(linker, kdef, sites, bindings)),
+            builds=tuple(builds),
+            tunables=_tunables(linker, kdef, sites, builds, facts_by_file),
+            editable_files=tuple(sorted({kdef.file, *(s.file for s in sites)})),
+        ))
+    return _attach_references(linker, kernels, bindings)
+
+
+def _launches_by_kernel(linker: Linker) -> dict[KernelDef, list[LaunchSite]]:
+    out: dict[KernelDef, list[LaunchSite]] = defaultdict(list)
+    for facts in linker.cuda:
+        for site in facts.launches:
+            for kdef in linker.resolve_launch(site):
+                out[kdef].append(site)
+    return out
+
+
+def _all_bindings(linker: Linker) -> list[Binding]:
+    found = [b for f in linker.cuda for b in f.bindings] + inline_bindings(linker.builds)
+    return [torch_extension_module(b, linker.builds_of(b.file)) for b in found]
+
+
+def _builds(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...]) -> list[BuildRecipe]:
+    files = [kdef.file, *(s.file for s in sites)]
+    seen: dict[tuple[str, int, str], BuildRecipe] = {}
+    for f in files:
+        for b in linker.builds_of(f):
+            seen.setdefault((b.file, b.line, b.name), b)
+    return list(seen.values())
+
+
+def _bindings_for(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...],
+                  bindings: list[Binding]) -> list[Binding]:
+    launchers = {s.host_function for s in sites if s.host_function}
+    if not launchers:
+        return []
+    reach = linker.reaching_functions(launchers)
+    launch_files = {s.file for s in sites}
+    bound = [b for b in bindings if b.cpp_function and b.cpp_function.rsplit("::", 1)[-1]
+             in reach and any(linker.related(b.file, f) for f in launch_files)]
+    ops = {(b.module, b.name) for b in bound}
+    schemas = [b for b in bindings if b.cpp_function is None and b.kind == "torch_library"
+               and (b.module, b.name) in ops]
+    return schemas + bound
+
+
+def _tunables(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...],
+              builds: list[BuildRecipe], facts_by_file: dict[str, list[CudaFileFacts]]
+              ) -> tuple[Tunable, ...]:
+    uses = set(kdef.uses).union(*(s.uses for s in sites))
+    files = set(linker.closure(kdef.file)).union(*(linker.closure(s.file) for s in sites))
+    found = [t for f in sorted(files) for facts in facts_by_file.get(f, ())
+             for t in facts.tunables if t.name in uses]
+    found += _template_tunables(kdef, sites)
+    found += _launch_tunables(sites)
+    found += [Tunable(name=n, value=v, kind="build_flag", file=b.file, line=b.line,
+                      origin=b.origin)
+              for b in builds for n, v in b.defines if n in uses and NUMBER.match(v)]
+    unique = {(t.name, t.kind, t.file, t.line): t for t in found}
+    return tuple(unique.values())
+
+
+def _template_tunables(kdef: KernelDef, sites: tuple[LaunchSite, ...]) -> list[Tunable]:
+    out = []
+    for i, tp in enumerate(kdef.template_params):
+        if tp.kind != "value":
+            continue
+        seen = sorted({s.template_args[i] for s in sites if len(s.template_args) > i},
+                      key=_numeric_key)
+        value = tp.default or (seen[0] if seen else "")
+        out.append(Tunable(name=tp.name, value=value, kind="template_arg", file=kdef.file,
+                           line=kdef.line, values_seen=tuple(seen)))
+    return out
+
+
+def _numeric_key(v: str) -> tuple[int, str]:
+    return (int(v), v) if v.isdigit() else (1 << 62, v)
+
+
+def _launch_tunables(sites: tuple[LaunchSite, ...]) -> list[Tunable]:
+    out = []
+    for s in sites:
+        for part, value in (("block", s.block), ("shared_mem", s.shared_mem)):
+            if value and NUMBER.match(value) and not (part == "shared_mem" and value == "0"):
+                name = f"{s.host_function or '<file>'}:{part}"
+                out.append(Tunable(name=name, value=value, kind="launch_config", file=s.file,
+                                   line=s.line))
+    return out
+
+
+def _attach_references(linker: Linker, kernels: list[Kernel],
+                       bindings: list[Binding]) -> list[Kernel]:
+    candidates = [(b, module_names(b, linker.builds_of(b.file))) for b in bindings]
+    holders: dict[Binding, list[int]] = defaultdict(list)
+    for i, k in enumerate(kernels):
+        for b in k.bindings:
+            holders[b].append(i)
+    refs: dict[int, dict[tuple[str, int, str], ReferenceTest]] = defaultdict(dict)
+    for facts in linker.python:
+        for ref in facts.references:
+            for binding, paired in match_reference(ref, candidates):
+                for i in holders.get(binding, ()):
+                    refs[i].setdefault((paired.file, paired.line, paired.op), paired)
+    return [replace(k, references=tuple(refs[i].values())) if i in refs else k
+            for i, k in enumerate(kernels)]

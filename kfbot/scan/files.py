@@ -1,0 +1,116 @@
+"""Which files a scan reads: source kinds, generated build directories, symlink loops.
+
+A committed build folder (setuptools `build/`, a torch JIT folder with `build.ninja`)
+holds copies of real kernels; reading it would report every kernel twice, so such
+folders are skipped and listed in the report instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kfbot.config import ScanConfig, path_included
+from kfbot.scan.model import Problem
+
+CUDA_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh",
+                           ".hxx", ".inl", ".cuinl"})
+PYTHON_SUFFIXES = frozenset({".py"})
+# Folders that never hold the project's own sources.
+IGNORED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages", ".eggs"})
+GENERATED_DIRS = frozenset({"build", "dist", "_build"})
+GENERATED_MARKERS = ("build.ninja", "CMakeCache.txt", ".ninja_log")
+
+SourceKind = Literal["cuda", "python"]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    rel: str  # '/'-separated, relative to the scan root
+    path: Path
+    kind: SourceKind
+
+
+@dataclass(frozen=True)
+class Inventory:
+    files: tuple[SourceFile, ...]
+    problems: tuple[Problem, ...]
+    skipped_dirs: tuple[str, ...]
+
+
+def source_kind(name: str) -> SourceKind | None:
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix in CUDA_SUFFIXES:
+        return "cuda"
+    return "python" if suffix in PYTHON_SUFFIXES else None
+
+
+def collect(root: Path, scan: ScanConfig) -> Inventory:
+    """List the source files under `root`, depth first, in a stable (sorted) order."""
+    walker = _Walker(root, scan)
+    walker.walk(root, "", frozenset({os.path.realpath(root)}))
+    return Inventory(tuple(walker.files), tuple(walker.problems), tuple(walker.skipped))
+
+
+class _Walker:
+    def __init__(self, root: Path, scan: ScanConfig) -> None:
+        self.root = root
+        self.scan = scan
+        self.files: list[SourceFile] = []
+        self.problems: list[Problem] = []
+        self.skipped: list[str] = []
+        self._real_files: set[str] = set()  # a file reached through two links is read once
+
+    def walk(self, directory: Path, rel: str, seen: frozenset[str]) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            self.problems.append(Problem(rel or ".", None, f"cannot list folder: {exc.strerror}",
+                                         "error"))
+            return
+        for entry in entries:
+            child_rel = f"{rel}/{entry.name}" if rel else entry.name
+            if _is_dir(entry):
+                self._enter(entry, child_rel, seen)
+            else:
+                self._add_file(entry, child_rel)
+
+    def _enter(self, entry: os.DirEntry[str], rel: str, seen: frozenset[str]) -> None:
+        if entry.name.startswith(".") or entry.name in IGNORED_DIRS or \
+                entry.name.endswith(".egg-info"):
+            return
+        if self._generated(entry):
+            self.skipped.append(rel)
+            return
+        real = os.path.realpath(entry.path)
+        if real in seen:
+            self.problems.append(Problem(rel, None, "symlink loop: this folder links back to "
+                                         "one of its parents; not followed", "warning"))
+            return
+        self.walk(Path(entry.path), rel, seen | {real})
+
+    def _generated(self, entry: os.DirEntry[str]) -> bool:
+        if entry.name in GENERATED_DIRS:
+            return True
+        return any(os.path.exists(os.path.join(entry.path, m)) for m in GENERATED_MARKERS)
+
+    def _add_file(self, entry: os.DirEntry[str], rel: str) -> None:
+        kind = source_kind(entry.name)
+        if kind is None or not path_included(self.scan, rel):
+            return
+        if entry.is_symlink() and not os.path.exists(entry.path):
+            self.problems.append(Problem(rel, None, "broken symlink; skipped", "warning"))
+            return
+        real = os.path.realpath(entry.path)
+        if real not in self._real_files:
+            self._real_files.add(real)
+            self.files.append(SourceFile(rel, Path(entry.path), kind))
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

@@ -1,0 +1,205 @@
+"""Join per-file facts into kernels: launches, builds, bindings, tunables, references.
+
+Names are resolved the way a C++ reader would: a launch of `k` inside namespace
+`a::b` looks for `a::b::k`, then `a::k`, then `k` (plus `using namespace`s); when
+several files define the same qualified name, the one the launching file can see
+(the same file, or a header it includes) wins. Python ops are matched to bindings
+by name and, when the test says which module it loaded, by module.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from kfbot.scan.model import (
+    Binding,
+    BuildRecipe,
+    CudaFileFacts,
+    KernelDef,
+    LaunchSite,
+    Problem,
+    PyFileFacts,
+    ReferenceTest,
+)
+
+MAX_CALL_DEPTH = 6
+
+
+@dataclass
+class Linker:
+    cuda: list[CudaFileFacts]
+    python: list[PyFileFacts]
+    problems: list[Problem] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.kernels = [k for f in self.cuda for k in f.kernels]
+        self.by_qname: dict[str, list[KernelDef]] = defaultdict(list)
+        for k in self.kernels:
+            self.by_qname[k.qualified_name].append(k)
+        self.builds = [b for f in self.python for b in f.builds]
+        self.files = {f.file for f in self.cuda}
+        self.includes = _include_graph(self.cuda, self.files)
+        self.using = {f.file: f.using_namespaces for f in self.cuda}
+        self.build_units = {b: self._unit(b) for b in self.builds}
+        self.callers = _callers(self.cuda)
+
+    # --- files, includes and build units ------------------------------------------
+
+    def closure(self, file: str) -> set[str]:
+        """The file and every header it includes, transitively."""
+        seen, stack = {file}, [file]
+        while stack:
+            for inc in self.includes.get(stack.pop(), ()):
+                if inc not in seen:
+                    seen.add(inc)
+                    stack.append(inc)
+        return seen
+
+    def _unit(self, build: BuildRecipe) -> set[str]:
+        unit = {build.file} if build.inline else set()
+        for src in build.sources:
+            unit |= self.closure(src)
+        return unit
+
+    def builds_of(self, file: str) -> list[BuildRecipe]:
+        return [b for b in self.builds if file in self.build_units[b]]
+
+    def related(self, a: str, b: str) -> bool:
+        if a == b or b in self.closure(a) or a in self.closure(b):
+            return True
+        units_a, units_b = self.builds_of(a), self.builds_of(b)
+        if units_a or units_b:
+            return any(u in units_b for u in units_a)
+        return posixpath.dirname(a) == posixpath.dirname(b)
+
+    # --- launches -> kernels ----------------------------------------------------------
+
+    def resolve_launch(self, site: LaunchSite) -> list[KernelDef]:
+        for qname in _lookup_names(site.kernel, site.scope, self.using.get(site.file, ())):
+            found = self.by_qname.get(qname)
+            if found:
+                return self._visible(site, found)
+        return []
+
+    def _visible(self, site: LaunchSite, found: list[KernelDef]) -> list[KernelDef]:
+        if len(found) == 1:
+            return found
+        for keep in (
+            lambda k: k.file == site.file,
+            lambda k: k.file in self.closure(site.file),
+            lambda k: self.related(site.file, k.file),
+        ):
+            chosen = [k for k in found if keep(k)]
+            if chosen:
+                return chosen
+        self.problems.append(Problem(site.file, site.line, f"launch of {site.kernel} matches "
+                                     f"{len(found)} kernels in unrelated files; not linked",
+                                     "info"))
+        return []
+
+    # --- host functions -> bindings ---------------------------------------------------
+
+    def reaching_functions(self, launchers: Iterable[str]) -> set[str]:
+        """Host functions that call any of `launchers`, directly or through others."""
+        reached: set[str] = set()
+        frontier = {_last(f) for f in launchers}
+        for _ in range(MAX_CALL_DEPTH):
+            new = frontier - reached
+            if not new:
+                break
+            reached |= new
+            frontier = {c for f in new for c in self.callers.get(f, ())}
+        return reached
+
+
+def _lookup_names(callee: str, scope: str, using: tuple[str, ...]) -> list[str]:
+    if callee.startswith("::"):
+        return [callee[2:]]
+    parts = scope.split("::") if scope else []
+    names = ["::".join([*parts[:i], callee]) for i in range(len(parts), -1, -1)]
+    return names + [f"{u}::{callee}" for u in using]
+
+
+def _last(name: str) -> str:
+    return name.rsplit("::", 1)[-1]
+
+
+def _callers(cuda: list[CudaFileFacts]) -> dict[str, set[str]]:
+    callers: dict[str, set[str]] = defaultdict(set)
+    for f in cuda:
+        for call in f.host_calls:
+            callers[_last(call.callee)].add(_last(call.caller))
+    return callers
+
+
+def _include_graph(cuda: list[CudaFileFacts], files: set[str]) -> dict[str, list[str]]:
+    by_suffix: dict[str, list[str]] = defaultdict(list)
+    for f in files:
+        parts = f.split("/")
+        for i in range(len(parts)):
+            by_suffix["/".join(parts[i:])].append(f)
+    graph: dict[str, list[str]] = {}
+    for facts in cuda:
+        graph[facts.file] = [t for inc in facts.includes
+                             if (t := _resolve_include(facts.file, inc, files, by_suffix))]
+    return graph
+
+
+def _resolve_include(src: str, inc: str, files: set[str],
+                     by_suffix: dict[str, list[str]]) -> str | None:
+    local = posixpath.normpath(posixpath.join(posixpath.dirname(src), inc))
+    if local in files:
+        return local
+    candidates = by_suffix.get(posixpath.normpath(inc).lstrip("./"), [])
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def torch_extension_module(binding: Binding, builds: list[BuildRecipe]) -> Binding:
+    """pybind11 modules named TORCH_EXTENSION_NAME take the name of the build."""
+    if binding.module != "TORCH_EXTENSION_NAME" or len(builds) != 1:
+        return binding
+    return replace(binding, module=builds[0].name)
+
+
+def inline_bindings(builds: list[BuildRecipe]) -> list[Binding]:
+    """load_inline(functions=[...]) generates one pybind11 def per function."""
+    return [Binding(kind="pybind11", name=fn, cpp_function=fn, module=b.name, file=b.file,
+                    line=b.line) for b in builds if b.kind == "load_inline" for fn in b.functions]
+
+
+def module_names(binding: Binding, builds: list[BuildRecipe]) -> set[str]:
+    """Every name a Python test might use for the module holding `binding`."""
+    names = {binding.module}
+    for b in builds:
+        names.add(b.name)
+        if b.variable:
+            names.add(b.variable)
+        if b.file.endswith(".py"):  # tests often call the wrapper module that builds it
+            names.add(python_module_name(b.file))
+    return {n for n in names if n}
+
+
+def python_module_name(path: str) -> str:
+    """`pkg/ops.py` -> "ops"; `pkg/__init__.py` -> "pkg"."""
+    stem = posixpath.splitext(path)[0]
+    if stem.endswith("/__init__") or stem == "__init__":
+        stem = posixpath.dirname(stem)
+    return posixpath.basename(stem)
+
+
+def match_reference(ref: ReferenceTest, candidates: list[tuple[Binding, set[str]]]
+                    ) -> list[tuple[Binding, ReferenceTest]]:
+    """Pair a reference test with the bindings it calls; by-name-only pairs lose confidence."""
+    named = [(b, mods) for b, mods in candidates if b.name == ref.op_name]
+    if ref.module_hint is not None:
+        exact = [(b, mods) for b, mods in named if ref.module_hint in mods]
+        if exact:
+            return [(b, ref) for b, _ in exact]
+    if not named:
+        return []
+    weaker = replace(ref, confidence=round(ref.confidence * 0.7, 2),
+                     why=f"{ref.why} (matched by op name only)")
+    return [(b, weaker) for b, _ in named]

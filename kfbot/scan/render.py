@@ -1,0 +1,153 @@
+"""Scan reports for people (a table, Markdown) and for machines (versioned JSON)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kfbot import __version__
+from kfbot.scan.model import Kernel, Problem, ScanReport
+
+SCHEMA_VERSION = 1
+
+
+def to_json(report: ScanReport) -> dict[str, Any]:
+    """The documented JSON form; see kfbot/schemas/scan-v1.json."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kfbot_version": __version__,
+        "root": report.root,
+        "files_scanned": report.files_scanned,
+        "skipped_dirs": list(report.skipped_dirs),
+        "kernels": [kernel_json(k) for k in report.kernels],
+        "problems": [dataclasses.asdict(p) for p in report.problems],
+    }
+
+
+def kernel_json(k: Kernel) -> dict[str, Any]:
+    d = k.definition
+    return {
+        "id": k.id,
+        "name": d.name,
+        "namespace": d.namespace,
+        "qualified_name": d.qualified_name,
+        "file": d.file,
+        "line": d.line,
+        "origin": k.origin,
+        "task": k.task,
+        "template_params": [dataclasses.asdict(t) for t in d.template_params],
+        "params": [dataclasses.asdict(p) for p in d.params],
+        "launch_bounds": list(d.launch_bounds) if d.launch_bounds is not None else None,
+        "launch_sites": [_launch_json(s) for s in k.launch_sites],
+        "bindings": [dataclasses.asdict(b) for b in k.bindings],
+        "builds": [dataclasses.asdict(b) for b in k.builds],
+        "tunables": [dataclasses.asdict(t) for t in k.tunables],
+        "references": [dataclasses.asdict(r) for r in k.references],
+        "editable_files": list(k.editable_files),
+    }
+
+
+def _launch_json(site: Any) -> dict[str, Any]:
+    out = dataclasses.asdict(site)
+    out.pop("uses")  # an implementation detail of tunable linking
+    return out
+
+
+# --- people ---------------------------------------------------------------------------
+
+
+def print_table(report: ScanReport, console: Console) -> None:
+    table = Table(title=f"{len(report.kernels)} kernels in {report.root}", show_lines=True)
+    for col in ("kernel", "defined at", "launched from", "python", "build", "tunables",
+                "reference"):
+        table.add_column(col, overflow="fold")
+    for k in report.kernels:
+        table.add_row(_kernel_cell(k), f"{k.file}:{k.definition.line}", _launch_cell(k),
+                      _binding_cell(k), _build_cell(k), _tunable_cell(k), _reference_cell(k))
+    console.print(table)
+    _print_footer(report, console)
+
+
+def _print_footer(report: ScanReport, console: Console) -> None:
+    console.print(f"{report.files_scanned} source files scanned")
+    for d in report.skipped_dirs:
+        console.print(f"[dim]skipped generated build folder {d}/[/dim]")
+    for p in report.problems:
+        console.print(f"[{_colour(p)}]{_problem_text(p)}[/]", highlight=False)
+
+
+def _colour(p: Problem) -> str:
+    return {"error": "red", "warning": "yellow"}.get(p.severity, "dim")
+
+
+def _problem_text(p: Problem) -> str:
+    where = f"{p.file}:{p.line}" if p.line else p.file
+    return f"{p.severity}: {where}: {p.message}"
+
+
+def _kernel_cell(k: Kernel) -> str:
+    d = k.definition
+    text = d.qualified_name
+    if d.template_params:
+        text = f"template<{', '.join(t.name for t in d.template_params)}> {text}"
+    if d.launch_bounds:
+        text += f"\n__launch_bounds__({', '.join(d.launch_bounds)})"
+    if k.task:
+        text += f"\n(task {k.task}, declared)"
+    return text
+
+
+def _launch_cell(k: Kernel) -> str:
+    if not k.launch_sites:
+        return "none found"
+    return "\n".join(f"{s.file}:{s.line} in {s.host_function or '?'}"
+                     + (f" <{', '.join(s.template_args)}>" if s.template_args else "")
+                     for s in k.launch_sites)
+
+
+def _binding_cell(k: Kernel) -> str:
+    if not k.bindings:
+        return "not bound"
+    return "\n".join(f"{b.module}.{b.name}" for b in k.bindings)
+
+
+def _build_cell(k: Kernel) -> str:
+    if not k.builds:
+        return "unknown"
+    return "\n".join(f"{b.kind} {b.name} ({b.file}:{b.line})"
+                     + (" [declared]" if b.origin == "declared" else "") for b in k.builds)
+
+
+def _tunable_cell(k: Kernel) -> str:
+    return "\n".join(f"{t.name}={t.value}"
+                     + (f" (seen {', '.join(t.values_seen)})" if t.values_seen else "")
+                     for t in k.tunables) or "-"
+
+
+def _reference_cell(k: Kernel) -> str:
+    if not k.references:
+        return "NO REFERENCE TEST"
+    return "\n".join(f"{r.file}:{r.line} {r.test} vs {r.reference} ({r.confidence:.1f})"
+                     for r in k.references)
+
+
+def to_markdown(report: ScanReport) -> str:
+    lines = [f"# kfbot scan: {len(report.kernels)} kernels", "",
+             "| kernel | defined at | launches | python | tunables | reference |",
+             "|---|---|---|---|---|---|"]
+    for k in report.kernels:
+        cells = [k.definition.qualified_name, f"`{k.file}:{k.definition.line}`",
+                 str(len(k.launch_sites)), _binding_cell(k), _tunable_cell(k),
+                 _reference_cell(k)]
+        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    lines += ["", f"{report.files_scanned} source files scanned."]
+    if report.problems:
+        lines += ["", "## Problems", ""] + [f"- {_md(_problem_text(p))}" for p in report.problems]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")
