@@ -1,0 +1,173 @@
+"""The fixture repositories hold real code: every .cu compiles with nvcc, every .cpp with g++.
+
+Skipped: fixtures/hostile (junk on purpose) and committed torch JIT build folders (any
+folder holding a build.ninja), whose sources are generated copies. The inline softmax,
+whose CUDA lives in a Python string, is compiled the way load_inline would write it.
+These compiles need nvcc / g++ and torch's headers; they take a few minutes serially.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sysconfig
+import types
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SKIPPED_FIXTURES = {"hostile"}
+NVCC = shutil.which("nvcc")
+CXX = shutil.which("g++")
+
+
+def _sources(suffix: str) -> list[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(FIXTURES):
+        here = Path(dirpath)
+        if here == FIXTURES:
+            dirnames[:] = [d for d in dirnames if d not in SKIPPED_FIXTURES]
+        if "build.ninja" in filenames:
+            dirnames[:] = []
+            continue
+        dirnames.sort()
+        found += [here / f for f in sorted(filenames) if f.endswith(suffix)]
+    return found
+
+
+def _id(path: Path) -> str:
+    return path.relative_to(FIXTURES).as_posix()
+
+
+def _fixture_root(path: Path) -> Path:
+    return FIXTURES / path.relative_to(FIXTURES).parts[0]
+
+
+@functools.cache
+def _torch_includes() -> tuple[str, ...]:
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    return tuple(cpp_extension.include_paths())
+
+
+def _cuda_include() -> str | None:
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    if NVCC:
+        candidates.append(str(Path(NVCC).resolve().parent.parent))
+    for home in candidates:
+        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
+            return str(Path(home) / "include")
+    return None
+
+
+def _include_flags(source: Path) -> list[str]:
+    dirs = [*_torch_includes(), sysconfig.get_paths()["include"]]
+    own = _fixture_root(source) / "include"
+    if own.is_dir():
+        dirs.insert(0, str(own))
+    return [f"-I{d}" for d in dirs]
+
+
+def _defines(source: Path) -> list[str]:
+    name = _fixture_root(source).name
+    return [f"-DTORCH_EXTENSION_NAME={name}_ext", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+
+
+def _compile(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)}\nexit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    )
+
+
+def _nvcc(source: Path, out_dir: Path) -> None:
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    obj = out_dir / (source.stem + ".o")
+    _compile([NVCC, "-c", "-std=c++17", "-arch=sm_90", *_defines(source),
+              *_include_flags(source), str(source), "-o", str(obj)])
+
+
+def _gxx_syntax(source: Path) -> None:
+    if CXX is None:
+        pytest.skip("g++ not found")
+    cuda = _cuda_include()
+    if cuda is None:
+        pytest.skip("CUDA headers (cuda_runtime.h) not found")
+    _compile([CXX, "-fsyntax-only", "-std=c++17", *_defines(source), *_include_flags(source),
+              f"-I{cuda}", str(source)])
+
+
+def test_fixture_sources_found() -> None:
+    cu = {_id(p) for p in _sources(".cu")}
+    assert "example/csrc/softmax.cu" in cu
+    assert not any(p.startswith("hostile/") or "/build/" in p for p in cu)
+
+
+@pytest.mark.parametrize("source", _sources(".cu"), ids=_id)
+def test_cu_compiles(source: Path, tmp_path: Path) -> None:
+    _nvcc(source, tmp_path)
+
+
+@pytest.mark.parametrize("source", _sources(".cpp"), ids=_id)
+def test_cpp_compiles(source: Path) -> None:
+    _gxx_syntax(source)
+
+
+def _inline_softmax_module() -> types.ModuleType:
+    path = FIXTURES / "inline_softmax" / "softmax_inline.py"
+    pytest.importorskip("torch.utils.cpp_extension")
+    spec = importlib.util.spec_from_file_location("softmax_inline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_load_inline_writes(module: types.ModuleType) -> tuple[str, str]:
+    """main.cpp and cuda.cu as torch.utils.cpp_extension.load_inline writes them."""
+    main_cpp = "\n".join([
+        "#include <torch/extension.h>",
+        module.cpp_src,
+        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
+        'm.def("softmax", torch::wrap_pybind_function(softmax), "softmax");',
+        "}",
+    ])
+    cuda_cu = "\n".join([
+        "#include <torch/types.h>",
+        "#include <cuda.h>",
+        "#include <cuda_runtime.h>",
+        module.cuda_src,
+    ])
+    return main_cpp, cuda_cu
+
+
+def test_inline_build_copy_matches_source() -> None:
+    main_cpp, cuda_cu = _as_load_inline_writes(_inline_softmax_module())
+    build = FIXTURES / "inline_softmax" / "build" / "inline_softmax"
+    assert (build / "main.cpp").read_text() == main_cpp
+    assert (build / "cuda.cu").read_text() == cuda_cu
+
+
+def test_inline_cuda_compiles(tmp_path: Path) -> None:
+    _, cuda_cu = _as_load_inline_writes(_inline_softmax_module())
+    source = tmp_path / "cuda.cu"
+    source.write_text(cuda_cu)
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    _compile([NVCC, "-c", "-std=c++17", "-arch=sm_90", "-DTORCH_EXTENSION_NAME=inline_softmax",
+              *_include_flags(FIXTURES / "inline_softmax" / "softmax_inline.py"),
+              str(source), "-o", str(tmp_path / "cuda.o")])
+
+
+def test_inline_main_cpp_compiles(tmp_path: Path) -> None:
+    main_cpp, _ = _as_load_inline_writes(_inline_softmax_module())
+    source = tmp_path / "main.cpp"
+    source.write_text(main_cpp)
+    if CXX is None:
+        pytest.skip("g++ not found")
+    _compile([CXX, "-fsyntax-only", "-std=c++17", "-DTORCH_EXTENSION_NAME=inline_softmax",
+              *_include_flags(FIXTURES / "inline_softmax" / "softmax_inline.py"), str(source)])
