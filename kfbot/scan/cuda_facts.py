@@ -181,6 +181,11 @@ def _syntax_problems(ctx: _Ctx, tree: tsx.Tree) -> Iterable[Problem]:
 # --- names and scopes ------------------------------------------------------------------
 
 
+def _expr(s: str) -> str:
+    """An expression as written, with runs of whitespace made single spaces."""
+    return " ".join(s.split())
+
+
 def _compact(s: str) -> str:
     """Drop whitespace inside a C++ name or type so equal names compare equal."""
     return re.sub(r"\s+(?=[<>,:*&])|(?<=[<>,:*&(])\s+", "", " ".join(s.split()))
@@ -216,7 +221,7 @@ def _split_template(node: Node) -> tuple[str, tuple[str, ...]]:
     start = args_node.start_byte - node.start_byte
     end = args_node.end_byte - node.start_byte
     name = full[:start] + full[end:]
-    args = tuple(_compact(tsx.text(a)) for a in args_node.named_children)
+    args = tuple(_expr(tsx.text(a)) for a in args_node.named_children)
     return _compact(name), args
 
 
@@ -244,7 +249,7 @@ def _kernel(ctx: _Ctx, fn: Node) -> KernelDef:
         line=ctx.line(fn),
         template_params=_template_params(ctx.template_lists.get(fn.id)),
         params=tuple(_param(p) for p in _param_decls(params_node)),
-        launch_bounds=(tuple(_compact(tsx.text(c)) for c in bounds.named_children)
+        launch_bounds=(tuple(_expr(tsx.text(c)) for c in bounds.named_children)
                        if bounds is not None else None),
         line_offset=ctx.line_offset,
         uses=ctx.uses(fn),
@@ -302,7 +307,7 @@ def _template_param(node: Node) -> TemplateParam | None:
 
 def _launches(ctx: _Ctx, root: Node) -> Iterable[LaunchSite]:
     for m in ctx.found(LAUNCH_Q):
-        cfg: list[str | None] = [_compact(tsx.text(c)) for c in m["cfg"].named_children]
+        cfg: list[str | None] = [_expr(tsx.text(c)) for c in m["cfg"].named_children]
         cfg += [None] * (4 - len(cfg))
         for callee, style in _resolve_callee(ctx, m["callee"], "chevron"):
             yield _launch_site(ctx, m["call"], callee, style, cfg[:4], m["args"].named_children)
@@ -313,7 +318,7 @@ def _launches(ctx: _Ctx, root: Node) -> Iterable[LaunchSite]:
             continue
         grid_block: list[str | None] = [None] * 4
         if pick == 0 and len(args) >= 3:
-            grid_block = [_compact(tsx.text(a)) if a is not None else None
+            grid_block = [_expr(tsx.text(a)) if a is not None else None
                           for a in (args[1], args[2], _nth(args, 4), _nth(args, 5))]
         for callee, _ in _resolve_callee(ctx, args[pick], "cudaLaunchKernel"):
             yield _launch_site(ctx, m["call"], callee, "cudaLaunchKernel", grid_block, [])
@@ -332,7 +337,7 @@ def _launch_site(ctx: _Ctx, call: Node, callee: Node, style: str, cfg: list[str 
         style=style,  # type: ignore[arg-type]
         host_function=ctx.function_name(fn) if fn is not None else None,
         template_args=targs, grid=cfg[0], block=cfg[1], shared_mem=cfg[2], stream=cfg[3],
-        args=tuple(_compact(tsx.text(a)) for a in args),
+        args=tuple(_expr(tsx.text(a)) for a in args),
         scope="::".join(ctx.scope_of(call)),
         uses=ctx.uses(fn) if fn is not None else (),
     )

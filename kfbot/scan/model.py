@@ -85,6 +85,7 @@ class BuildRecipe:
     extra_cflags: tuple[str, ...] = ()
     extra_cuda_cflags: tuple[str, ...] = ()
     functions: tuple[str, ...] = ()  # load_inline(functions=...)
+    include_dirs: tuple[str, ...] = ()  # repo-relative extra include folders
     variable: str | None = None  # Python name the loaded module is bound to
     origin: Origin = "discovered"
 

@@ -98,7 +98,7 @@ def extract_file(root: Path, source: SourceFile) -> FileResult:
         return [], [], [problem] if problem else []
     if source.kind == "cuda":
         return [extract_cuda_facts(source.rel, data)], [], []
-    facts = extract_python_facts(source.rel, data, lambda rel: (root / rel).is_file())
+    facts = extract_python_facts(source.rel, data, lambda rel: (root / rel).exists())
     inline = [extract_cuda_facts(source.rel, s.text.encode(), s.line_offset)
               for s in facts.inline_sources if s.text]
     return inline, [facts], []

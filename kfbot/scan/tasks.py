@@ -60,4 +60,5 @@ def _declared_build(build: BuildConfig, path: str, line: int) -> BuildRecipe:
     return BuildRecipe(
         kind=build.kind, name=build.name, file=path, line=line, sources=build.sources,
         defines=tuple(build.defines.items()), extra_cflags=build.extra_cflags,
-        extra_cuda_cflags=build.extra_cuda_cflags, origin="declared")
+        extra_cuda_cflags=build.extra_cuda_cflags, include_dirs=build.include_dirs,
+        origin="declared")
