@@ -65,8 +65,8 @@ def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanRep
 
 def _emit(report: ScanReport, fmt: str) -> None:
     if fmt == "json":
-        json.dump(to_json(report), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        # One string, one write: json.dump with indent writes in thousands of small pieces.
+        sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")
     elif fmt == "markdown":
         sys.stdout.write(to_markdown(report))
     else:

@@ -49,7 +49,11 @@ MEMBER_CALL_Q = """(call_expression function: (field_expression argument: (ident
   field: (field_identifier) @method) arguments: (argument_list) @args) @call"""
 ASSIGN_Q = """[(init_declarator declarator: (_) @target value: (_) @value)
   (assignment_expression left: (identifier) @target right: (_) @value)]"""
-IDENT_Q = "[(identifier) (type_identifier) (namespace_identifier)] @id"
+WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+CPP_KEYWORDS = frozenset(
+    b"if else for while do return int float double void const unsigned char bool auto "
+    b"struct class template typename static constexpr inline __global__ __device__ "
+    b"__host__ __shared__ __restrict__ sizeof break continue".split())
 
 SCOPE_Q = "[(namespace_definition) (class_specifier) (struct_specifier)] @s"
 TEMPLATE_Q = """(template_declaration parameters: (template_parameter_list) @params
@@ -57,7 +61,7 @@ TEMPLATE_Q = """(template_declaration parameters: (template_parameter_list) @par
 IFNDEF_Q = """(preproc_ifdef "#ifndef" name: (identifier) @guard
   (preproc_def name: (identifier) @name) @def)"""
 FILE_PATTERNS = (KERNEL_Q, FUNCTION_Q, LAUNCH_Q, LAUNCH_API_Q, CALL_Q, DEFINE_Q, CONST_Q,
-                 INCLUDE_Q, USING_Q, BINDING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, ASSIGN_Q, IDENT_Q)
+                 INCLUDE_Q, USING_Q, BINDING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, ASSIGN_Q)
 INT_TYPES = frozenset({
     "int", "unsigned", "unsigned int", "long", "long long", "short", "size_t", "int32_t",
     "int64_t", "uint32_t", "uint64_t", "index_t",
@@ -73,7 +77,7 @@ def extract_cuda_facts(rel_path: str, source: bytes, line_offset: int = 0) -> Cu
     """Read one CUDA/C++ source. `line_offset` shifts lines for code held in Python strings."""
     tree = tsx.parse_cuda(source)
     root = tree.root_node
-    ctx = _Ctx(rel_path, line_offset, root)
+    ctx = _Ctx(rel_path, line_offset, root, source)
     return CudaFileFacts(
         file=rel_path,
         kernels=tuple(_kernel(ctx, m["fn"]) for m in ctx.found(KERNEL_Q)),
@@ -96,8 +100,9 @@ class _Ctx:
     byte ranges instead.
     """
 
-    def __init__(self, file: str, line_offset: int, root: Node) -> None:
+    def __init__(self, file: str, line_offset: int, root: Node, source: bytes) -> None:
         self.file = file
+        self.source = source
         self.line_offset = line_offset
         # One pass of one multi-pattern query: each query pass costs a walk of the tree.
         self._found = tsx.matches_by_pattern(FILE_PATTERNS, root)
@@ -111,7 +116,8 @@ class _Ctx:
         self.guarded = {m["def"].id for m in self.found(IFNDEF_Q)
                         if tsx.text(m["guard"]) == tsx.text(m["name"])}
 
-        self._uses: dict[int, tuple[str, ...]] | None = None
+        self._uses: dict[int, tuple[str, ...]] = {}
+        self._names: dict[int, str | None] = {}
         self._assigned: dict[tuple[int, str], list[Node]] | None = None
         self.root = root
 
@@ -122,16 +128,18 @@ class _Ctx:
         return self._found[FILE_PATTERNS.index(pattern)]
 
     def uses(self, fn: Node) -> tuple[str, ...]:
-        """Identifiers written inside function `fn` (one query for the whole file)."""
-        if self._uses is None:
-            buckets: dict[int, set[str]] = defaultdict(set)
-            for m in self.found(IDENT_Q):
-                node = m["id"]
-                owner = self.enclosing_function(node)
-                if owner is not None:
-                    buckets[owner.start_byte].add(tsx.text(node))
-            self._uses = {k: tuple(sorted(v)) for k, v in buckets.items()}
-        return self._uses.get(fn.start_byte, ())
+        """Identifier-like words inside function `fn`.
+
+        Only used to decide which tunables a kernel or launcher refers to, so a lexical
+        pass over the function's bytes is enough, and far cheaper than visiting every
+        identifier node of the file.
+        """
+        found = self._uses.get(fn.start_byte)
+        if found is None:
+            words = set(WORD.findall(self.source[fn.start_byte:fn.end_byte])) - CPP_KEYWORDS
+            found = tuple(sorted(w.decode() for w in words))
+            self._uses[fn.start_byte] = found
+        return found
 
     def assigned(self, fn: Node, name: str) -> list[Node]:
         """Values assigned to local `name` inside `fn` (one query for the whole file)."""
@@ -162,11 +170,11 @@ class _Ctx:
 
     def function_name(self, fn: Node) -> str | None:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
-        name = _declarator_name(fn.child_by_field_name("declarator"))
-        if name is None:
-            return None
-        parts = [*self.scope_of(fn), _compact(tsx.text(name))]
-        return "::".join(p for p in parts if p)
+        if fn.start_byte not in self._names:
+            name = _declarator_name(fn.child_by_field_name("declarator"))
+            parts = [*self.scope_of(fn), _compact(tsx.text(name))] if name is not None else []
+            self._names[fn.start_byte] = "::".join(p for p in parts if p) or None
+        return self._names[fn.start_byte]
 
 
 def _syntax_problems(ctx: _Ctx, tree: tsx.Tree) -> Iterable[Problem]:

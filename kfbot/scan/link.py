@@ -43,7 +43,10 @@ class Linker:
         self.files = {f.file for f in self.cuda}
         self.includes = _include_graph(self.cuda, self.files)
         self.using = {f.file: f.using_namespaces for f in self.cuda}
-        self.build_units = {b: self._unit(b) for b in self.builds}
+        self._builds_by_file: dict[str, list[BuildRecipe]] = defaultdict(list)
+        for build in self.builds:
+            for f in self._unit(build):
+                self._builds_by_file[f].append(build)
         self.callers = _callers(self.cuda)
 
     # --- files, includes and build units ------------------------------------------
@@ -65,7 +68,7 @@ class Linker:
         return unit
 
     def builds_of(self, file: str) -> list[BuildRecipe]:
-        return [b for b in self.builds if file in self.build_units[b]]
+        return self._builds_by_file.get(file, [])
 
     def related(self, a: str, b: str) -> bool:
         if a == b or b in self.closure(a) or a in self.closure(b):

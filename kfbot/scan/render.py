@@ -23,7 +23,7 @@ def to_json(report: ScanReport) -> dict[str, Any]:
         "files_scanned": report.files_scanned,
         "skipped_dirs": list(report.skipped_dirs),
         "kernels": [kernel_json(k) for k in report.kernels],
-        "problems": [dataclasses.asdict(p) for p in report.problems],
+        "problems": [_record(p) for p in report.problems],
     }
 
 
@@ -38,22 +38,33 @@ def kernel_json(k: Kernel) -> dict[str, Any]:
         "line": d.line,
         "origin": k.origin,
         "task": k.task,
-        "template_params": [dataclasses.asdict(t) for t in d.template_params],
-        "params": [dataclasses.asdict(p) for p in d.params],
+        "template_params": [_record(t) for t in d.template_params],
+        "params": [_record(p) for p in d.params],
         "launch_bounds": list(d.launch_bounds) if d.launch_bounds is not None else None,
         "launch_sites": [_launch_json(s) for s in k.launch_sites],
-        "bindings": [dataclasses.asdict(b) for b in k.bindings],
-        "builds": [dataclasses.asdict(b) for b in k.builds],
-        "tunables": [dataclasses.asdict(t) for t in k.tunables],
-        "references": [dataclasses.asdict(r) for r in k.references],
+        "bindings": [_record(b) for b in k.bindings],
+        "builds": [_record(b) for b in k.builds],
+        "tunables": [_record(t) for t in k.tunables],
+        "references": [_record(r) for r in k.references],
         "editable_files": list(k.editable_files),
     }
 
 
 def _launch_json(site: Any) -> dict[str, Any]:
-    out = dataclasses.asdict(site)
+    out = _record(site)
     out.pop("uses")  # an implementation detail of tunable linking
     return out
+
+
+def _record(obj: Any) -> dict[str, Any]:
+    """A flat record's fields, tuples as lists (records here nest only tuples of str)."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 # --- people ---------------------------------------------------------------------------

@@ -1,0 +1,748 @@
+"""How fast is `kfbot scan`? Times it on a generated repository against a `grep` floor.
+
+The script writes a synthetic repository (CUDA sources with kernels, launchers and
+pybind11 bindings, plus pytest modules that load and test the ops), then times:
+
+* `grep -r __global__ TREE` -- the cost of merely reading every byte once (the floor);
+* `kfbot.scan.scanner.scan(TREE, Config(), jobs=J)` in this process, J = 1 and all cores;
+* `python -m kfbot scan TREE --json` as a subprocess, interpreter start-up included.
+
+Every figure is the best of `--repeat` runs with a warm page cache; all runs are shown.
+The target is >= 1000 source files/s on a 2-core machine.
+
+Run it from the repository root with the project's environment:
+
+    .venv/bin/python bench/scan_speed.py            # 2,000 .cu + 2,000 .py files
+    .venv/bin/python bench/scan_speed.py --cu 200 --py 200 --tree /tmp/kfb-small
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TARGET_FILES_PER_S = 1000.0
+TARGET_LINE = "target: >= 1000 source files/s on a 2-core machine"
+MANIFEST = "kfbot-bench-manifest.json"
+GENERATOR_VERSION = 2
+FILES_PER_FOLDER = 10  # files per innermost folder, so the tree is nested, not flat
+
+# ---- the synthetic repository ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    """One elementwise or row-wise op: a CUDA expression and its PyTorch reference."""
+
+    base: str
+    kind: str  # "map": out[i] = f(in[i]); "row": one block per row, shared-memory reduce
+    cuda: str  # for "map", an expression in `v`; for "row", the name of the row routine
+    reference: str  # PyTorch expression in `x`
+
+
+OPS = (
+    Op("relu", "map", "v > 0.f ? v : 0.f", "torch.relu(x)"),
+    Op("gelu", "map", "0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)))",
+       'torch.nn.functional.gelu(x, approximate="tanh")'),
+    Op("silu", "map", "v / (1.f + expf(-v))", "torch.nn.functional.silu(x)"),
+    Op("sigmoid", "map", "1.f / (1.f + expf(-v))", "torch.sigmoid(x)"),
+    Op("square", "map", "v * v", "x * x"),
+    Op("scale", "map", "v * SCALE", "x * 0.5"),
+    Op("softmax", "row", "softmax", "torch.softmax(x, dim=-1)"),
+    Op("rmsnorm", "row", "rmsnorm", "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)"),
+    Op("row_sum", "row", "row_sum", "x.sum(-1, keepdim=True).expand_as(x)"),
+)
+
+INCLUDE_SETS = (
+    ("<torch/extension.h>", "<ATen/cuda/CUDAContext.h>", "<c10/cuda/CUDAException.h>"),
+    ("<torch/types.h>", "<ATen/cuda/CUDAContext.h>", "<cuda_runtime.h>", "<cuda_fp16.h>"),
+    ("<torch/extension.h>", "<cuda.h>", "<cuda_runtime.h>", "<c10/cuda/CUDAStream.h>"),
+)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    op: Op
+    kernel: str  # the __global__ function's name
+    launcher: str  # the host function that launches it (and is bound to Python)
+    py_name: str  # the name PYBIND11_MODULE gives it
+    templated: bool
+    api_launch: bool  # launched with cudaLaunchKernel rather than <<<...>>>
+
+
+@dataclass(frozen=True)
+class CuSpec:
+    rel: str  # '/'-separated, relative to the tree root
+    package: str
+    ext_name: str
+    namespace: str  # "" for the global namespace, else "a::b"
+    kernels: tuple[KernelSpec, ...]
+    binding: bool  # holds a PYBIND11_MODULE
+
+
+@dataclass
+class TreeInfo:
+    root: Path
+    cu: int
+    py: int
+    kernels: int
+    seed: int
+    packages: int
+    lines: int = 0
+    bytes: int = 0
+    generated_s: float | None = None  # None when an existing tree was reused
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> int:
+        return self.cu + self.py
+
+
+def _folder(index: int) -> str:
+    return f"g{index // FILES_PER_FOLDER:02d}"
+
+
+def _place(total: int, packages: int) -> list[tuple[int, int]]:
+    """(package, index within package) for each of `total` files, packages filled evenly."""
+    per = -(-total // packages) if total else 0
+    return [(i // per, i % per) for i in range(total)] if per else []
+
+
+def plan_cuda(count: int, packages: int, seed: int) -> list[CuSpec]:
+    specs: list[CuSpec] = []
+    for number, (pkg, idx) in enumerate(_place(count, packages)):
+        rng = random.Random(f"{seed}-cu-{number}")
+        package = f"pkg{pkg:02d}"
+        tag = f"p{pkg:02d}f{idx:03d}"
+        namespace = rng.choice(("", "", package, f"{package}::detail", "kernels"))
+        kernels = []
+        # Op names are unique across the tree: were they shared by unrelated extensions, each
+        # test calling `ext.relu` would be linked to every bound `relu`, a different workload.
+        for k, op in enumerate(rng.sample(OPS, rng.randint(1, 3))):
+            templated = rng.random() < 0.4
+            kernels.append(KernelSpec(
+                op=op,
+                kernel=f"{op.base}_{tag}_{k}_kernel",
+                launcher=f"{op.base}_{tag}_{k}_cuda",
+                py_name=f"{op.base}_{tag}",
+                templated=templated,
+                api_launch=not templated and rng.random() < 0.3,
+            ))
+        specs.append(CuSpec(
+            rel=f"{package}/csrc/{_folder(idx)}/{tag}_ops.cu",
+            package=package,
+            ext_name=f"{package}_{tag}_ext",
+            namespace=namespace,
+            kernels=tuple(kernels),
+            binding=number % 10 == 0,
+        ))
+    return specs
+
+
+def _tunables(rng: random.Random) -> list[str]:
+    block = rng.choice((128, 256, 512))
+    lines = [f"#define BLOCK_SIZE {block}"]
+    if rng.random() < 0.5:
+        lines += ["#ifndef ITEMS_PER_THREAD", f"#define ITEMS_PER_THREAD {rng.choice((1, 2, 4))}",
+                  "#endif"]
+    else:
+        lines.append(f"constexpr int ITEMS_PER_THREAD = {rng.choice((1, 2, 4))};")
+    lines.append(f"constexpr int WARP = {32};")
+    lines.append(f"constexpr float SCALE = {rng.choice(('0.5f', '2.0f', '0.125f'))};")
+    return lines
+
+
+def _device_helper(name: str, rng: random.Random) -> list[str]:
+    if rng.random() < 0.5:
+        return [
+            f"__device__ __forceinline__ float {name}(float v) {{",
+            "#pragma unroll",
+            "  for (int offset = WARP / 2; offset > 0; offset >>= 1) {",
+            "    v += __shfl_down_sync(0xffffffff, v, offset);",
+            "  }",
+            "  return v;",
+            "}",
+            "",
+        ]
+    return [
+        f"__device__ __forceinline__ float {name}(float a, float b) {{",
+        "  // fused multiply-add with a clamp, kept separate so the compiler can inline it",
+        "  float r = fmaf(a, b, 0.f);",
+        "  r = fminf(fmaxf(r, -65504.f), 65504.f);",
+        "  return r;",
+        "}",
+        "",
+    ]
+
+
+def _kernel_def(spec: KernelSpec) -> list[str]:
+    op = spec.op
+    t = "scalar_t" if spec.templated else "float"
+    idx = "int64_t" if spec.templated else "int"
+    head = ["template <typename scalar_t, int BLOCK>"] if spec.templated else []
+    bounds = "__launch_bounds__(BLOCK) " if spec.templated else ""
+    block = "BLOCK" if spec.templated else "BLOCK_SIZE"
+    if op.kind == "map":
+        return [
+            *head,
+            f"__global__ void {bounds}{spec.kernel}({t}* __restrict__ out,",
+            f"    const {t}* __restrict__ in, {idx} n) {{",
+            f"  const {idx} stride = static_cast<{idx}>(gridDim.x) * {block};",
+            f"  for ({idx} i = blockIdx.x * {block} + threadIdx.x; i < n; i += stride) {{",
+            "    const float v = static_cast<float>(in[i]);",
+            f"    out[i] = static_cast<{t}>({op.cuda});",
+            "  }",
+            "}",
+            "",
+        ]
+    finish = {
+        "softmax": ["    out[base + c] = static_cast<{t}>(expf(x - row_max) / total);"],
+        "rmsnorm": ["    out[base + c] = static_cast<{t}>(x * rsqrtf(total / cols + 1e-6f));"],
+        "row_sum": ["    out[base + c] = static_cast<{t}>(total);"],
+    }[op.cuda]
+    first = {
+        "softmax": "expf(static_cast<float>(in[base + c]) - row_max)",
+        "rmsnorm": "static_cast<float>(in[base + c]) * static_cast<float>(in[base + c])",
+        "row_sum": "static_cast<float>(in[base + c])",
+    }[op.cuda]
+    body = [
+        *head,
+        f"__global__ void {bounds}{spec.kernel}({t}* __restrict__ out,",
+        f"    const {t}* __restrict__ in, {idx} rows, {idx} cols) {{",
+        "  extern __shared__ float buf[];",
+        f"  const {idx} row = blockIdx.x;",
+        "  if (row >= rows) return;",
+        f"  const {idx} base = row * cols;",
+        "  float row_max = -INFINITY;",
+    ]
+    if op.cuda == "softmax":
+        body += [
+            f"  for ({idx} c = threadIdx.x; c < cols; c += {block}) {{",
+            "    row_max = fmaxf(row_max, static_cast<float>(in[base + c]));",
+            "  }",
+            "  buf[threadIdx.x] = row_max;",
+            "  __syncthreads();",
+            f"  for (int s = {block} / 2; s > 0; s >>= 1) {{",
+            "    if (threadIdx.x < s) buf[threadIdx.x] = fmaxf(buf[threadIdx.x], "
+            "buf[threadIdx.x + s]);",
+            "    __syncthreads();",
+            "  }",
+            "  row_max = buf[0];",
+            "  __syncthreads();",
+        ]
+    body += [
+        "  float acc = 0.f;",
+        f"  for ({idx} c = threadIdx.x; c < cols; c += {block}) {{",
+        f"    acc += {first};",
+        "  }",
+        "  buf[threadIdx.x] = acc;",
+        "  __syncthreads();",
+        f"  for (int s = {block} / 2; s > 0; s >>= 1) {{",
+        "    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];",
+        "    __syncthreads();",
+        "  }",
+        "  const float total = buf[0];",
+        f"  for ({idx} c = threadIdx.x; c < cols; c += {block}) {{",
+        "    const float x = static_cast<float>(in[base + c]);",
+        *(line.format(t=t) for line in finish),
+        "  }",
+        "}",
+        "",
+    ]
+    return body
+
+
+def _launcher(spec: KernelSpec) -> list[str]:
+    op = spec.op
+    row = op.kind == "row"
+    lines = [
+        f"torch::Tensor {spec.launcher}(torch::Tensor x) {{",
+        f'  TORCH_CHECK(x.is_cuda(), "{spec.py_name}: x must be a CUDA tensor");',
+        f'  TORCH_CHECK(x.is_contiguous(), "{spec.py_name}: x must be contiguous");',
+        "  auto out = torch::empty_like(x);",
+    ]
+    if row:
+        lines += [
+            "  const int64_t cols = x.size(-1);",
+            "  const int64_t rows = x.numel() / cols;",
+            "  const dim3 grid(rows);",
+            "  const size_t smem = BLOCK_SIZE * sizeof(float);",
+        ]
+        tail = "rows, cols"
+    else:
+        lines += [
+            "  const int64_t n = x.numel();",
+            "  const dim3 grid((n + BLOCK_SIZE * ITEMS_PER_THREAD - 1) / "
+            "(BLOCK_SIZE * ITEMS_PER_THREAD));",
+            "  const size_t smem = 0;",
+        ]
+        tail = "n"
+    lines += [
+        "  const dim3 block(BLOCK_SIZE);",
+        "  cudaStream_t stream = at::cuda::getCurrentCUDAStream();",
+    ]
+    if spec.templated:
+        lines += [
+            f'  AT_DISPATCH_FLOATING_TYPES_AND_HALF(x.scalar_type(), "{spec.py_name}", [&] {{',
+            f"    {spec.kernel}<scalar_t, BLOCK_SIZE><<<grid, block, smem, stream>>>(",
+            f"        out.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), {tail});",
+            "  });",
+        ]
+    elif spec.api_launch:
+        lines += [
+            "  float* out_ptr = out.data_ptr<float>();",
+            "  const float* in_ptr = x.data_ptr<float>();",
+        ]
+        if row:
+            lines += ["  int rows_i = static_cast<int>(rows);",
+                      "  int cols_i = static_cast<int>(cols);",
+                      "  void* args[] = {&out_ptr, &in_ptr, &rows_i, &cols_i};"]
+        else:
+            lines += ["  int n_i = static_cast<int>(n);",
+                      "  void* args[] = {&out_ptr, &in_ptr, &n_i};"]
+        lines.append(f"  C10_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>("
+                     f"&{spec.kernel}), grid, block, args, smem, stream));")
+    else:
+        args = "static_cast<int>(rows), static_cast<int>(cols)" if row else "static_cast<int>(n)"
+        lines += [
+            f"  {spec.kernel}<<<grid, block, smem, stream>>>(",
+            f"      out.data_ptr<float>(), x.data_ptr<float>(), {args});",
+        ]
+    lines += ["  C10_CUDA_KERNEL_LAUNCH_CHECK();", "  return out;", "}", ""]
+    return lines
+
+
+def render_cuda(spec: CuSpec, seed: int, number: int) -> str:
+    rng = random.Random(f"{seed}-cu-body-{number}")
+    target = rng.randint(60, 200)
+    head = [
+        f"// {spec.rel}: {', '.join(k.op.base for k in spec.kernels)} for {spec.package}.",
+        "// Generated by bench/scan_speed.py; the code is plausible, not meant to be built.",
+        "",
+        *(f"#include {inc}" for inc in rng.choice(INCLUDE_SETS)),
+        f'#include "{rng.choice(("common.cuh", "../utils.cuh", "reduce.cuh"))}"',
+        "",
+        *_tunables(rng),
+        "",
+    ]
+    opened = [f"namespace {part} {{" for part in spec.namespace.split("::")] \
+        if spec.namespace else []
+    closed = [f"}}  // namespace {part}" for part in reversed(spec.namespace.split("::"))] \
+        if spec.namespace else []
+    body: list[str] = []
+    for k in spec.kernels:
+        body += _kernel_def(k)
+    for k in spec.kernels:
+        body += _launcher(k)
+    binding: list[str] = []
+    if spec.binding:
+        scope = f"{spec.namespace}::" if spec.namespace else ""
+        binding = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+        binding += [f'  m.def("{k.py_name}", &{scope}{k.launcher}, "{k.op.base} (CUDA)");'
+                    for k in spec.kernels]
+        binding += ["}", ""]
+    fixed = len(head) + len(opened) + len(closed) + len(body) + len(binding) + 2
+    helpers: list[str] = []
+    while fixed + len(helpers) + 8 <= target:
+        helpers += _device_helper(f"helper_{len(helpers)}", rng)
+    filler = [f"// note {i}: tuned for sm_80; see docs/perf.md" for i in
+              range(max(0, target - fixed - len(helpers)))]
+    lines = [*head, *opened, "", *helpers, *body, *filler, *closed, "", *binding]
+    return "\n".join(lines) + "\n"
+
+
+SHAPES = ("(7,)", "(1024,)", "(3, 17)", "(64, 256)", "(8, 128, 96)", "(2, 4, 33, 65)")
+DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+
+
+def render_python(cu: CuSpec, number: int, seed: int) -> str:
+    rng = random.Random(f"{seed}-py-{number}")
+    target = rng.randint(40, 120)
+    lines = [
+        f'"""Tests for {cu.package} ops: {", ".join(k.py_name for k in cu.kernels)}."""',
+        "",
+        "import os",
+        "",
+        "import pytest",
+        "import torch",
+    ]
+    if cu.binding:
+        lines += [
+            "from torch.utils.cpp_extension import load",
+            "",
+            '_REPO = os.path.join(os.path.dirname(__file__), "..", "..", "..")',
+            "",
+            f'ext = load(name="{cu.ext_name}",',
+            f'           sources=[os.path.join(_REPO, "{cu.rel}")],',
+            '           extra_cuda_cflags=["-O3", "--use_fast_math"],',
+            "           verbose=False)",
+        ]
+    else:
+        lines += ["", f"from {cu.package} import _C as ext  # built by setup.py"]
+    lines += [
+        "",
+        'pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")',
+        "",
+        f"SHAPES = [{', '.join(rng.sample(SHAPES, rng.randint(2, 4)))}]",
+        f"DTYPES = [{', '.join(rng.sample(DTYPES, rng.randint(1, 3)))}]",
+        "",
+        "",
+    ]
+    tests: list[list[str]] = []
+    for k in cu.kernels:
+        ref = f"reference_{k.py_name}"
+        tests.append([
+            f"def {ref}(x):",
+            f"    return {k.op.reference}",
+            "",
+            "",
+            '@pytest.mark.parametrize("shape", SHAPES)',
+            '@pytest.mark.parametrize("dtype", DTYPES)',
+            f"def test_{k.py_name}_matches_reference(shape, dtype):",
+            "    torch.manual_seed(0)",
+            '    x = torch.randn(shape, device="cuda", dtype=dtype)',
+            f"    out = ext.{k.py_name}(x)",
+            f"    expected = {ref}(x.float()).to(dtype)",
+            "    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)",
+            "",
+            "",
+        ])
+        if rng.random() < 0.6:
+            tests.append([
+                f"def test_{k.py_name}_empty():",
+                '    x = torch.empty(0, 4, device="cuda")',
+                f"    torch.testing.assert_close(ext.{k.py_name}(x), {ref}(x))",
+                "",
+                "",
+            ])
+    extra = [
+        "def test_rejects_cpu_tensor():",
+        "    with pytest.raises(RuntimeError):",
+        f"        ext.{cu.kernels[0].py_name}(torch.randn(4))",
+        "",
+        "",
+    ]
+    body = [line for test in tests for line in test] + extra
+    n = 0
+    while len(lines) + len(body) + 7 <= target:
+        sizes = ", ".join(str(2 ** rng.randint(3, 14)) for _ in range(2))
+        body += [
+            f'@pytest.mark.parametrize("n", [{sizes}])',
+            f"def test_{cu.kernels[n % len(cu.kernels)].py_name}_sizes_{n}(n):",
+            '    x = torch.randn(n, 32, device="cuda")',
+            f"    out = ext.{cu.kernels[n % len(cu.kernels)].py_name}(x)",
+            f"    torch.testing.assert_close(out, "
+            f"reference_{cu.kernels[n % len(cu.kernels)].py_name}(x))",
+            "",
+            "",
+        ]
+        n += 1
+    lines += body
+    while lines and not lines[-1]:
+        lines.pop()
+    if len(lines) < target:
+        lines.append("")
+    while len(lines) < target:
+        lines.append(f"# case {len(lines)}: keep in sync with docs/testing.md")
+    return "\n".join(lines) + "\n"
+
+
+def generate(root: Path, cu: int, py: int, packages: int, seed: int) -> TreeInfo:
+    started = time.perf_counter()
+    packages = max(1, packages)
+    specs = plan_cuda(cu, packages, seed)
+    info = TreeInfo(root=root, cu=cu, py=py, kernels=sum(len(s.kernels) for s in specs),
+                    seed=seed, packages=packages)
+
+    def write(rel: str, text: str) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = text.encode()
+        path.write_bytes(data)
+        info.lines += text.count("\n")
+        info.bytes += len(data)
+
+    for number, spec in enumerate(specs):
+        write(spec.rel, render_cuda(spec, seed, number))
+    for number, (pkg, idx) in enumerate(_place(py, packages)):
+        # With no CUDA files asked for, the tests still need some op names to call.
+        paired = specs[number % len(specs)] if specs else plan_cuda(1, 1, seed + number)[0]
+        module = paired.rel.rsplit("/", 1)[1].removesuffix("_ops.cu")
+        write(f"pkg{pkg:02d}/tests/{_folder(idx)}/test_{module}_{idx:03d}.py",
+              render_python(paired, number, seed))
+    manifest = {"generator": GENERATOR_VERSION, "cu": cu, "py": py, "kernels": info.kernels,
+                "seed": seed, "packages": packages, "lines": info.lines, "bytes": info.bytes}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    info.generated_s = time.perf_counter() - started
+    return info
+
+
+def prepare_tree(args: argparse.Namespace, scratch: Path) -> TreeInfo:
+    root = Path(args.tree).resolve() if args.tree else scratch
+    manifest = root / MANIFEST
+    if manifest.is_file():
+        m = json.loads(manifest.read_text())
+        info = TreeInfo(root=root, cu=m["cu"], py=m["py"], kernels=m["kernels"], seed=m["seed"],
+                        packages=m["packages"], lines=m["lines"], bytes=m["bytes"])
+        if m["generator"] != GENERATOR_VERSION:
+            info.notes.append(f"{root} was written by generator version {m['generator']}, "
+                              f"not {GENERATOR_VERSION}; delete it to regenerate")
+        asked = (args.cu, args.py, args.packages, args.seed)
+        if asked != (info.cu, info.py, info.packages, info.seed):
+            info.notes.append(f"reused {root} as it is: it holds --cu {info.cu} --py {info.py} "
+                              f"--packages {info.packages} --seed {info.seed}, not the options "
+                              "given (delete it to regenerate)")
+        return info
+    if root.exists() and any(root.iterdir()):
+        raise SystemExit(f"scan_speed: {root} exists, is not empty and has no {MANIFEST}; "
+                         "refusing to write a tree into it")
+    root.mkdir(parents=True, exist_ok=True)
+    return generate(root, args.cu, args.py, args.packages, args.seed)
+
+
+# ---- timing -------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    method: str
+    runs: list[tuple[float, float]]  # (wall seconds, CPU seconds) per run
+    counts: bool = True  # False: shown for context, no files/s figure
+
+    @property
+    def best(self) -> float:
+        return min(wall for wall, _ in self.runs)
+
+    @property
+    def best_cpu(self) -> float:
+        return min(self.runs)[1]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process and of the children it has waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def best_of(repeat: int, once: Callable[[], None]) -> list[tuple[float, float]]:
+    runs = []
+    for _ in range(repeat):
+        cpu = cpu_seconds()
+        started = time.perf_counter()
+        once()
+        runs.append((time.perf_counter() - started, cpu_seconds() - cpu))
+    return runs
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+class RunFailed(Exception):
+    """A timed command exited with an unexpected status."""
+
+
+def run_quiet(cmd: Sequence[str], ok: Sequence[int] = (0,)) -> None:
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    if done.returncode not in ok:
+        raise RunFailed(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr.strip()}")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def usable_cores() -> int | None:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="scan_speed.py",
+        description="Time `kfbot scan` on a generated repository of CUDA sources and pytest "
+                    "modules, against `grep -r __global__` as a floor. Prints a table of "
+                    f"seconds and source files/s and checks the {TARGET_LINE[8:]} target.")
+    dflt = " (default: %(default)s)"
+    p.add_argument("--cu", type=int, default=2000, help=".cu files to generate" + dflt)
+    p.add_argument("--py", type=int, default=2000, help="Python test modules to generate" + dflt)
+    p.add_argument("--packages", type=int, default=40,
+                   help="top-level packages the files are spread over, each nested in folders "
+                        f"of {FILES_PER_FOLDER} files" + dflt)
+    p.add_argument("--seed", type=int, default=1234, help="seed for the generated content" + dflt)
+    p.add_argument("--tree", metavar="DIR",
+                   help="generate the tree here, or reuse it if this script made it before "
+                        "(default: a temporary folder, deleted afterwards)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs per method; the best is reported" + dflt)
+    p.add_argument("--generate-only", action="store_true",
+                   help="write the tree (needs --tree) and stop")
+    args = p.parse_args(argv)
+    if min(args.cu, args.py) < 0 or args.cu + args.py == 0:
+        p.error("--cu and --py must be >= 0 and not both 0")
+    if args.repeat < 1 or args.packages < 1:
+        p.error("--repeat and --packages must be >= 1")
+    if args.generate_only and not args.tree:
+        p.error("--generate-only needs --tree")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kfbot-scan-bench-") as scratch:
+        info = prepare_tree(args, Path(scratch) / "repo")
+        if args.generate_only:
+            print(f"wrote {info.root}: {info.cu} .cu + {info.py} .py files, "
+                  f"{info.kernels} kernels, {info.lines} lines")
+            return 0
+        return bench(info, args.repeat)
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)  # flushed, so a long run can be watched through a pipe or file
+
+
+def sources_digest(package_dir: Path) -> str:
+    """A short hash of the kfbot sources, to say which version was measured."""
+    h = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        h.update(path.relative_to(package_dir).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+class Table:
+    WIDTH = 62
+
+    def __init__(self, files: int) -> None:
+        self.files = files
+        self.rows: list[Row] = []
+        self.failures: list[str] = []
+        say(f"{'method':<{self.WIDTH}}  {'best s':>8}  {'files/s':>8}  {'cpu s':>8}  "
+            "all runs (s)")
+
+    def measure(self, method: str, repeat: int, once: Callable[[], None],
+                counts: bool = True) -> Row | None:
+        try:
+            row = Row(method, best_of(repeat, once), counts)
+        except RunFailed as exc:
+            say(f"{method:<{self.WIDTH}}  FAILED (see below)")
+            self.failures.append(str(exc))
+            return None
+        per_s = f"{self.files / row.best:8.0f}" if counts else f"{'-':>8}"
+        runs = " ".join(f"{wall:.3f}" for wall, _ in row.runs)
+        say(f"{method:<{self.WIDTH}}  {row.best:8.3f}  {per_s}  {row.best_cpu:8.3f}  {runs}")
+        self.rows.append(row)
+        return row
+
+
+def bench(info: TreeInfo, repeat: int) -> int:
+    # Imported here so that --help and --generate-only work while kfbot is half-written.
+    import kfbot
+    from kfbot.config import Config
+    from kfbot.scan.scanner import scan
+
+    package_dir = Path(kfbot.__file__).parent
+    digest = sources_digest(package_dir)
+    cores = os.cpu_count() or 1
+    tree = str(info.root)
+    say("kfbot scan speed")
+    say(f"machine: {platform.platform()} ({platform.machine()}), {cpu_model()}")
+    say(f"os.cpu_count(): {os.cpu_count()}, usable by this process: {usable_cores()}")
+    say(f"python: {platform.python_implementation()} {platform.python_version()} "
+        f"({sys.executable})")
+    say(f"kfbot: {kfbot.__version__} from {package_dir}, sources sha256 {digest}")
+    made = (f"generated in {info.generated_s:.2f} s" if info.generated_s is not None
+            else "reused")
+    say(f"tree: {tree} ({made}): {info.cu} .cu + {info.py} .py = {info.files} source files, "
+        f"{info.lines:,} lines, {info.bytes / 1e6:.1f} MB, {info.kernels} kernels")
+    for note in info.notes:
+        say(f"note: {note}")
+    say(f"each figure: best of {repeat} runs, warm page cache; "
+        f"load average before the runs: {load_average()}")
+    say()
+
+    table = Table(info.files)
+    grep = shutil.which("grep")
+    if grep:
+        # grep exits 1 when nothing matches, which would still be a valid timing.
+        table.measure("grep -r __global__ (floor)",
+                      repeat, lambda: run_quiet([grep, "-r", "__global__", tree], ok=(0, 1)))
+    else:
+        say("(grep not found: no floor)")
+
+    found: dict[int, tuple[int, int]] = {}
+    scans: list[Row] = []
+    for jobs in sorted({1, cores}):
+        def once(jobs: int = jobs) -> None:
+            report = scan(info.root, Config(), jobs=jobs)
+            found[jobs] = (len(report.kernels), report.files_scanned)
+        row = table.measure(f"kfbot scan(), in-process, jobs={jobs}", repeat, once)
+        if row:
+            scans.append(row)
+
+    cli = [sys.executable, "-m", "kfbot", "scan", tree, "--json"]
+    cli_row = table.measure(f"kfbot CLI `-m kfbot scan --json` (jobs={cores}), incl. start-up",
+                            repeat, lambda: run_quiet(cli))
+    table.measure("  of which start-up: `-m kfbot --help`", repeat,
+                  lambda: run_quiet([sys.executable, "-m", "kfbot", "--help"]), counts=False)
+    say("(cpu s: user+system CPU of the best run, this process and its waited-for children; "
+        "a jobs=1 wall time well above it means other load on the machine)")
+    say(f"load average after the runs: {load_average()}")
+    if sources_digest(package_dir) != digest:
+        say(f"WARNING: the kfbot sources changed during the run (sha256 was {digest}); "
+            "the CLI runs may have measured different code from the in-process ones")
+    say()
+
+    for jobs, (kernels, files) in sorted(found.items()):
+        verdict = "as expected" if kernels == info.kernels else f"EXPECTED {info.kernels}"
+        say(f"in-process jobs={jobs}: {kernels} kernels found ({verdict}), "
+            f"{files} files scanned (generated {info.files})")
+    say()
+
+    say(TARGET_LINE + ("" if cores == 2 else f" (this machine has {cores} cores)"))
+    best = min(scans, key=lambda r: r.best) if scans else None
+    for label, r in (("best kfbot figure", best), ("kfbot CLI", cli_row)):
+        if r is None:
+            say(f"  {label:<18} no figure (failed)  FAIL")
+            continue
+        per_s = info.files / r.best
+        verdict = "PASS" if per_s >= TARGET_FILES_PER_S else "FAIL"
+        say(f"  {label:<18} {per_s:7.0f} files/s  {verdict}   ({r.method.strip()})")
+
+    status = 0
+    for failure in table.failures:
+        print(f"\nscan_speed: {failure}", file=sys.stderr)
+        status = 1
+    if not any(kernels for kernels, _ in found.values()):
+        print("scan_speed: the in-process scan found no kernels; the timings are meaningless",
+              file=sys.stderr)
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
