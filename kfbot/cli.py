@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from kfbot import __version__
-from kfbot.commands import scan
+from kfbot.commands import bench, scan, verify
 from kfbot.errors import EXIT_USAGE, KfbotError
 
-COMMANDS = (scan,)
+COMMANDS = (scan, verify, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,47 @@
+"""`kfbot verify <kernel> [--candidate ...]`: build, and check against the reference."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from kfbot.commands.common import add_kernel_arguments, candidate_of, kernel_task, make_engine
+from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.evaluate import report
+from kfbot.evaluate.evaluation import Evaluation
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("verify", help="check a kernel (and a candidate) against its reference")
+    add_kernel_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    task = kernel_task(args)
+    candidate = candidate_of(args, task)
+    console = Console(stderr=args.format != "table")
+    with make_engine(task, args.gpu) as engine:
+        base = engine.baseline()
+        results = {"original": base}
+        if base.ok and candidate.files:
+            results["candidate"] = engine.evaluate(candidate, bench=False)
+    _emit(task.kernel_name, results, args.format, console)
+    return EXIT_OK if all(r.ok for r in results.values()) else EXIT_FAILURE
+
+
+def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console) -> None:
+    if fmt == "json":
+        json.dump({k: report.to_json(name, v) for k, v in results.items()}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
+    for label, ev in results.items():
+        if fmt == "markdown":
+            sys.stdout.write(report.to_markdown(f"{name} ({label})", ev))
+            continue
+        console.print(report.verdict_line(f"{name} ({label})", ev), highlight=False)
+        report.print_checks(ev, console)
+        report.print_diagnostics(ev, console)

@@ -1,0 +1,618 @@
+"""A pytest plugin that records how named ops are called by a repository's own tests.
+
+Loaded with `-p kfbot.evaluate.capture` and switched on by the `KFBOT_CAPTURE`
+environment variable, a JSON `CaptureRequest`:
+
+    {"ops": [{"kind": "module", "module": "inline_softmax", "name": "softmax"}],
+     "out": "/tmp/capture.json", "max_calls": 500}
+
+Each op is replaced by a wrapper that describes the arguments, calls the original
+with them unchanged, and returns its result or lets its exception through. Where the
+wrapper goes depends on how the repository reaches the op:
+
+- `module`: an attribute of a module. Modules returned by
+  `torch.utils.cpp_extension.load`/`load_inline` with a matching `name=` are wrapped
+  as they are returned; modules imported by name are wrapped when their import
+  finishes (a `sys.meta_path` hook) or, when already imported, before each test.
+- `torch_op`: the `torch.ops.<ns>.<op>` attribute is replaced by a proxy on the
+  namespace object (setattr works there in torch 2.x) once the op is registered;
+  attribute access (`.default`, overload names) goes to the real packet, unrecorded.
+- `callable`: the attribute of its module (imported after collection when the tests
+  did not), plus every module global that still holds the original, which catches
+  `from pkg.mod import func` done before the wrapper was in place.
+
+Calls are described before the op runs (an op may write into its inputs) and kept
+only when it returns: a call that raises is counted but makes no signature. Per op,
+the first `max_calls` calls are described; later ones are only counted.
+
+The results go to `out` after each test that recorded something (so a run killed
+for time still leaves what it saw) and at the end of the session, failures or not.
+Under pytest-xdist each worker writes `<out>.<worker id>`.
+
+torch is imported only once the tests have imported it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kfbot.errors import KfbotError
+from kfbot.evaluate.signature import (
+    CAPTURE_ENV,
+    ArgSpec,
+    CallSignature,
+    CaptureFile,
+    CaptureRequest,
+    OpRef,
+    ScalarSpec,
+    SequenceSpec,
+    TensorSpec,
+    merge_pair,
+    signature_key,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+# Above this many elements the mean is skipped: it needs a float64 pass over the data.
+STATS_MAX_ELEMENTS = 1 << 26
+# Longer lists and deeper nesting are recorded as opaque "other" values.
+MAX_SEQUENCE_ITEMS = 1024
+MAX_DEPTH = 4
+_CPP_EXTENSION = "torch.utils.cpp_extension"
+_LOADERS = ("load", "load_inline")
+
+AnyCallable = Callable[..., object]
+Stats = tuple[float | None, float | None, float | None, bool, bool]
+_NO_STATS: Stats = (None, None, None, False, False)
+
+
+@dataclass(frozen=True)
+class _Patch:
+    """One attribute we replaced, and what was there before."""
+
+    owner: object
+    attr: str
+    previous: object
+
+
+class Capture:
+    """The recording state of one session, and the wrappers that feed it.
+
+    `install()` puts the wrappers in place, `refresh()` catches ops and references
+    that appeared since, `uninstall()` puts every original back.
+    """
+
+    def __init__(self, request: CaptureRequest) -> None:
+        self.request = request
+        self.test_id = ""  # the node id of the test running now; "" outside tests
+        self._refs = {ref.text: ref for ref in request.ops}
+        self._lock = threading.RLock()
+        self._signatures: dict[tuple[object, ...], CallSignature] = {}
+        self._calls = dict.fromkeys(self._refs, 0)
+        self._raised = dict.fromkeys(self._refs, 0)
+        self._recorded = dict.fromkeys(self._refs, 0)
+        self._errors: dict[str, None] = {}  # an ordered set
+        self._patches: list[_Patch] = []
+        # id(original) -> (original, wrapper); the originals are kept alive, so ids hold.
+        self._wrappers: dict[int, tuple[object, object]] = {}
+        self._ours: set[int] = set()
+        self._scanned: dict[str, tuple[int, int]] = {}
+        self._finder: _PostImportFinder | None = None
+        self._found: set[str] = set()  # ops wrapped at least once
+        self.dirty = False
+
+    # --- installing -------------------------------------------------------------------
+
+    def install(self) -> None:
+        watched = {ref.module for ref in self._refs.values() if ref.kind != "torch_op"}
+        if self._module_refs():
+            watched.add(_CPP_EXTENSION)
+            cpp_extension = sys.modules.get(_CPP_EXTENSION)
+            if cpp_extension is not None:
+                self._patch_loaders(cpp_extension)
+        self._finder = _PostImportFinder(frozenset(watched), self._on_import)
+        sys.meta_path.insert(0, self._finder)
+        self.refresh()
+
+    def uninstall(self) -> None:
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        for patch in reversed(self._patches):
+            # Leave alone what the repository replaced after us.
+            if id(getattr(patch.owner, patch.attr, None)) in self._ours:
+                _try_setattr(patch.owner, patch.attr, patch.previous)
+        self._patches.clear()
+
+    def import_callables(self) -> None:
+        """Import the modules of callable ops that the tests have not imported."""
+        for ref in self._refs.values():
+            if ref.kind == "callable" and ref.module not in sys.modules:
+                try:
+                    importlib.import_module(ref.module)
+                except Exception as exc:
+                    self.error(f"{ref.text}: cannot import {ref.module}: {_one_line(exc)}")
+
+    def refresh(self) -> None:
+        """Wrap ops that have appeared and references to originals that remain."""
+        for ref in self._refs.values():
+            if ref.kind == "torch_op":
+                self._wrap_torch_op(ref)
+            else:
+                module = sys.modules.get(ref.module)
+                if module is not None:
+                    self._wrap_attr(module, ref)
+        self._patch_references()
+
+    def _module_refs(self) -> list[OpRef]:
+        return [ref for ref in self._refs.values() if ref.kind == "module"]
+
+    def _on_import(self, module: ModuleType) -> None:
+        if module.__name__ == _CPP_EXTENSION:
+            self._patch_loaders(module)
+        for ref in self._refs.values():
+            if ref.kind != "torch_op" and ref.module == module.__name__:
+                self._wrap_attr(module, ref)
+
+    def _wrap_attr(self, owner: object, ref: OpRef) -> None:
+        current = getattr(owner, ref.name, None)
+        if current is None or id(current) in self._ours:
+            return
+        if isinstance(current, type) or not callable(current):
+            self.error(f"{ref.text}: {type(current).__name__} is not a function; not recorded")
+            return
+        self._found.add(ref.text)
+        wrapper = self._wrapper(current, lambda: self._function_wrapper(ref, current))
+        self._set(owner, ref.name, current, wrapper)
+
+    def _wrap_torch_op(self, ref: OpRef) -> None:
+        if "torch" not in sys.modules:
+            return  # no test has imported torch, so none has called a torch op
+        import torch
+
+        namespace = getattr(torch.ops, ref.module)
+        try:
+            packet = getattr(namespace, ref.name)
+        except (AttributeError, RuntimeError):
+            return  # not registered yet; a later refresh tries again
+        if id(packet) not in self._ours:
+            self._found.add(ref.text)
+            wrapper = self._wrapper(packet, lambda: _OpProxy(self, ref.text, packet))
+            self._set(namespace, ref.name, packet, wrapper)
+
+    def _patch_loaders(self, cpp_extension: ModuleType) -> None:
+        for name in _LOADERS:
+            original = getattr(cpp_extension, name, None)
+            if callable(original) and id(original) not in self._ours:
+                wrapper = self._wrapper(original, functools.partial(self._loader_wrapper, original))
+                self._set(cpp_extension, name, original, wrapper)
+
+    def _wrapper(self, original: object, make: Callable[[], object]) -> object:
+        """The one wrapper of `original`, made on first use."""
+        known = self._wrappers.get(id(original))
+        if known is not None:
+            return known[1]
+        wrapper = make()
+        self._wrappers[id(original)] = (original, wrapper)
+        self._ours.add(id(wrapper))
+        self._scanned.clear()  # any module may hold this new original: scan all again
+        return wrapper
+
+    def _set(self, owner: object, attr: str, original: object, wrapper: object) -> None:
+        try:
+            setattr(owner, attr, wrapper)
+        except (AttributeError, TypeError) as exc:
+            self.error(f"cannot wrap {attr} on {_describe_owner(owner)}: {_one_line(exc)}")
+            return
+        self._patches.append(_Patch(owner, attr, original))
+
+    def _patch_references(self) -> None:
+        """Point module globals that still hold an original at its wrapper."""
+        for name, module in list(sys.modules.items()):
+            if not isinstance(module, ModuleType):
+                continue
+            namespace = vars(module)
+            # A module whose globals have not changed in number since the last scan
+            # is skipped: scanning all of torch's modules before every test adds up.
+            stamp = (id(module), len(namespace))
+            if self._scanned.get(name) == stamp:
+                continue
+            self._scanned[name] = stamp
+            for attr, value in list(namespace.items()):
+                known = self._wrappers.get(id(value))
+                if known is not None and known[0] is value:
+                    self._set(module, attr, value, known[1])
+
+    # --- wrappers ---------------------------------------------------------------------
+
+    def _function_wrapper(self, ref: OpRef, original: AnyCallable) -> AnyCallable:
+        op = ref.text
+
+        @functools.wraps(original)
+        def wrapper(*args: object, **kwargs: object) -> object:
+            return self.call(op, original, args, kwargs)
+
+        return wrapper
+
+    def _loader_wrapper(self, original: AnyCallable) -> AnyCallable:
+        @functools.wraps(original)
+        def load(*args: object, **kwargs: object) -> object:
+            module = original(*args, **kwargs)
+            name = kwargs.get("name", args[0] if args else None)
+            if isinstance(module, ModuleType):
+                for ref in self._module_refs():
+                    if ref.module == name:
+                        self._wrap_attr(module, ref)
+            return module
+
+        return load
+
+    def call(
+        self, op: str, original: AnyCallable, args: Sequence[object], kwargs: Mapping[str, object]
+    ) -> object:
+        """Call `original` exactly as asked, recording the call if it returns."""
+        described = self._describe_call(op, args, kwargs)
+        try:
+            result = original(*args, **kwargs)
+        except BaseException:
+            with self._lock:
+                self._raised[op] += 1
+            raise
+        if described is not None:
+            self._keep(described)
+        return result
+
+    def _describe_call(
+        self, op: str, args: Sequence[object], kwargs: Mapping[str, object]
+    ) -> CallSignature | None:
+        with self._lock:
+            self._calls[op] += 1
+            if self._recorded[op] >= self.request.max_calls or _compiling():
+                return None
+            test = self.test_id
+        try:
+            return CallSignature(
+                op=op,
+                args=tuple(describe(a) for a in args),
+                kwargs=tuple((k, describe(kwargs[k])) for k in sorted(kwargs)),
+                tests=(test,) if test else (),
+            )
+        except Exception as exc:  # a recorder bug must never fail the repository's test
+            self.error(f"{op}: cannot describe a call: {_one_line(exc)}")
+            return None
+
+    def _keep(self, sig: CallSignature) -> None:
+        key = signature_key(sig)
+        with self._lock:
+            seen = self._signatures.get(key)
+            self._signatures[key] = sig if seen is None else merge_pair(seen, sig)
+            self._recorded[sig.op] += 1
+            self.dirty = True
+
+    # --- results ----------------------------------------------------------------------
+
+    def error(self, message: str) -> None:
+        with self._lock:
+            self._errors[message] = None
+            self.dirty = True
+
+    def result(self) -> CaptureFile:
+        with self._lock:
+            return CaptureFile(
+                signatures=tuple(self._signatures.values()),
+                op_calls=tuple(self._calls.items()),
+                raised_calls=tuple(self._raised.items()),
+                errors=tuple(self._errors),
+                found=tuple(op for op in self._refs if op in self._found),
+            )
+
+    def write(self, path: Path) -> None:
+        """Replace `path` with the results so far, atomically."""
+        text = json.dumps(self.result().to_json(), indent=1)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+        self.dirty = False
+
+
+class _OpProxy:
+    """Stands in for a `torch.ops` packet: calls are recorded, the rest is delegated."""
+
+    def __init__(self, capture: Capture, op: str, packet: AnyCallable) -> None:
+        self._capture = capture
+        self._op = op
+        self._packet = packet
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self._capture.call(self._op, self._packet, args, kwargs)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._packet, name)
+
+    def __repr__(self) -> str:
+        return repr(self._packet)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Lets the other finders find the watched modules, and hears when each is loaded."""
+
+    def __init__(self, names: frozenset[str], on_import: Callable[[ModuleType], None]) -> None:
+        self._names = names
+        self._on_import = on_import
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self._names:
+            return None
+        spec = _find_with_others(self, fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _NotifyingLoader(spec.loader, self._on_import)
+        return spec
+
+
+def _find_with_others(
+    me: object, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+) -> importlib.machinery.ModuleSpec | None:
+    for finder in list(sys.meta_path):
+        find = getattr(finder, "find_spec", None)
+        if finder is me or find is None:
+            continue
+        spec: object = find(fullname, path, target)
+        if isinstance(spec, importlib.machinery.ModuleSpec):
+            return spec
+    return None
+
+
+class _NotifyingLoader(importlib.abc.Loader):
+    """The real loader, plus a call to `on_import` once the module has run."""
+
+    def __init__(
+        self, inner: importlib.abc.Loader, on_import: Callable[[ModuleType], None]
+    ) -> None:
+        self._inner = inner
+        self._on_import = on_import
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        # Put the real loader back where reload() and resource readers look for it.
+        _try_setattr(module, "__loader__", self._inner)
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._inner
+        self._on_import(module)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+# --- describing arguments ---------------------------------------------------------------
+
+
+def describe(value: object, depth: int = 0) -> ArgSpec:
+    """The record of one argument."""
+    if "torch" in sys.modules:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return describe_tensor(value)
+        if isinstance(value, torch.dtype):
+            return ScalarSpec("dtype", str(value).removeprefix("torch."))
+        if isinstance(value, torch.device):
+            return ScalarSpec("device", str(value))
+    plain = _describe_plain(value)
+    if plain is not None:
+        return plain
+    if isinstance(value, (list, tuple)) and len(value) <= MAX_SEQUENCE_ITEMS and depth < MAX_DEPTH:
+        items = tuple(describe(item, depth + 1) for item in value)
+        return SequenceSpec("list" if isinstance(value, list) else "tuple", items)
+    return ScalarSpec("other", f"{type(value).__module__}.{type(value).__qualname__}")
+
+
+def _describe_plain(value: object) -> ScalarSpec | None:
+    # Subclasses (IntEnum, numpy's float64) are kept as the plain value they stand for.
+    if value is None:
+        return ScalarSpec("none")
+    if isinstance(value, bool):  # before int: True is an int too
+        return ScalarSpec("bool", value)
+    if isinstance(value, int):
+        return ScalarSpec("int", int(value))
+    if isinstance(value, float):
+        return ScalarSpec("float", float(value))
+    if isinstance(value, str):
+        return ScalarSpec("str", str(value))
+    return None
+
+
+def describe_tensor(t: torch.Tensor) -> ArgSpec:
+    import torch
+
+    if t.layout != torch.strided:
+        return ScalarSpec("other", f"torch.Tensor({str(t.layout).removeprefix('torch.')})")
+    try:
+        lo, hi, mean, has_nan, has_inf = value_stats(t)
+    except RuntimeError:  # a dtype without reductions (float8...): the layout still counts
+        lo, hi, mean, has_nan, has_inf = _NO_STATS
+    return TensorSpec(
+        shape=tuple(t.shape),
+        dtype=str(t.dtype).removeprefix("torch."),
+        strides=tuple(t.stride()),
+        contiguous=t.is_contiguous(),
+        device=t.device.type,
+        min=lo,
+        max=hi,
+        mean=mean,
+        has_nan=has_nan,
+        has_inf=has_inf,
+        requires_grad=t.requires_grad,
+        storage_offset=int(t.storage_offset()),
+    )
+
+
+def value_stats(t: torch.Tensor) -> Stats:
+    """min, max and mean of the finite values, and whether NaN or Inf are present."""
+    import torch
+
+    if t.numel() == 0 or t.is_complex() or t.device.type == "meta" or _capturing(t):
+        return _NO_STATS
+    with torch.no_grad():
+        x = t.detach()
+        has_nan = has_inf = False
+        if x.is_floating_point():
+            has_nan = bool(torch.isnan(x).any())
+            has_inf = bool(torch.isinf(x).any())
+            if has_nan or has_inf:
+                x = x[torch.isfinite(x)]
+                if x.numel() == 0:
+                    return (None, None, None, has_nan, has_inf)
+        lo, hi = torch.aminmax(x)
+        mean = None
+        if x.numel() <= STATS_MAX_ELEMENTS:
+            mean = float(x.mean(dtype=torch.float64))
+        return (float(lo), float(hi), mean, has_nan, has_inf)
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    # Reading a value back inside CUDA graph capture would break the capture.
+    import torch
+
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _compiling() -> bool:
+    # Inside torch.compile tracing the arguments are fakes: nothing to describe.
+    if "torch" not in sys.modules:
+        return False
+    import torch
+
+    return bool(torch.compiler.is_compiling())
+
+
+def _try_setattr(owner: object, attr: str, value: object) -> None:
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(owner, attr, value)
+
+
+def _describe_owner(owner: object) -> str:
+    return getattr(owner, "__name__", None) or type(owner).__name__
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+# --- pytest hooks -------------------------------------------------------------------------
+
+_KEY = pytest.StashKey[Capture]()
+
+
+def output_path(out: str) -> Path:
+    """Where this process writes: pytest-xdist workers each get their own file."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return Path(f"{out}.{worker}") if worker else Path(out)
+
+
+def _start(config: pytest.Config) -> None:
+    text = os.environ.get(CAPTURE_ENV)
+    if not text or _KEY in config.stash:
+        return
+    try:
+        request = CaptureRequest.from_json(json.loads(text))
+    except (ValueError, KfbotError) as exc:
+        raise pytest.UsageError(f"{CAPTURE_ENV}: {_one_line(exc)}") from exc
+    capture = Capture(request)
+    capture.install()
+    config.stash[_KEY] = capture
+
+
+def _write(capture: Capture) -> None:
+    path = output_path(capture.request.out)
+    try:
+        capture.write(path)
+    except OSError as exc:
+        # The caller reports the missing file; the repository's tests go on.
+        print(f"kfbot capture: cannot write {path}: {_one_line(exc)}", file=sys.stderr)
+
+
+def _capture(config: pytest.Config) -> Capture | None:
+    return config.stash.get(_KEY, None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Before the repository's conftest files run: they may load the extension.
+    _start(early_config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _start(config)  # when the plugin was registered too late for the hook above
+
+
+def pytest_collection_modifyitems(config: pytest.Config) -> None:
+    capture = _capture(config)
+    if capture is not None:
+        capture.import_callables()
+        capture.refresh()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, None]:
+    capture = _capture(item.config)
+    if capture is not None:
+        capture.test_id = item.nodeid
+    yield
+    if capture is not None:
+        capture.test_id = ""
+        if capture.dirty:
+            _write(capture)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    capture = _capture(item.config)
+    if capture is not None:
+        capture.refresh()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    # Fixtures may have loaded the library that registers an op.
+    capture = _capture(item.config)
+    if capture is not None:
+        capture.refresh()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    capture = _capture(session.config)
+    if capture is not None:
+        capture.test_id = ""
+        _write(capture)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    capture = _capture(config)
+    if capture is not None:
+        capture.uninstall()
+        del config.stash[_KEY]

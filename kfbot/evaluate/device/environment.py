@@ -1,0 +1,75 @@
+"""The device a measurement was taken on, and its measured peaks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+import torch
+
+
+def describe() -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+        "memory_bytes": int(props.total_memory),
+        "capability": f"{props.major}.{props.minor}",
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        **_nvidia_smi(),
+    }
+
+
+def _nvidia_smi() -> dict[str, str]:
+    """Driver version and the SM clock right now, when nvidia-smi is there."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {}
+    query = "--query-gpu=driver_version,clocks.sm,clocks.max.sm"
+    try:
+        out = subprocess.run(
+            [exe, query, "--format=csv,noheader", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    parts = [p.strip() for p in out.strip().splitlines()[0].split(",")] if out.strip() else []
+    keys = ("driver", "sm_clock", "sm_clock_max")
+    return dict(zip(keys, parts, strict=False))
+
+
+def measured_peaks() -> dict[str, float]:
+    """Device-to-device copy bandwidth (bytes/s) and fp32 matmul FLOP/s, measured now."""
+    return {"bandwidth_bytes_per_s": _copy_bandwidth(), "fp32_flop_per_s": _matmul_flops()}
+
+
+def _copy_bandwidth() -> float:
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / _best_seconds(lambda: dst.copy_(src))
+
+
+def _matmul_flops() -> float:
+    a = torch.randn(8192, 8192, device="cuda")
+    b = torch.randn(8192, 8192, device="cuda")
+    return 2 * 8192**3 / _best_seconds(lambda: torch.mm(a, b))
+
+
+def _best_seconds(fn: Any, repeats: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    return best

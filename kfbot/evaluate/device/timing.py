@@ -1,0 +1,94 @@
+"""Timing inside the worker: CUDA events, L2 flushed, inputs rotated, order interleaved.
+
+The original and the candidate are timed in the same process, alternating in a
+random order each trial, so clock and thermal drift hit both alike.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+Op = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    warmup: int = 3
+    min_trials: int = 10
+    max_trials: int = 200
+    target_rse: float = 0.005
+    max_seconds: float = 20.0
+
+
+class L2Flusher:
+    """Writes a buffer of twice the L2 size, so no input stays cached between trials."""
+
+    def __init__(self) -> None:
+        props = torch.cuda.get_device_properties(0)
+        l2 = int(getattr(props, "L2_cache_size", 0)) or 64 * 1024 * 1024
+        self.buffer = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+
+    def flush(self) -> None:
+        self.buffer.zero_()
+
+
+def time_once(fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher) -> float:
+    """Microseconds of one call, between CUDA events on the current stream."""
+    flusher.flush()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(*args, **kwargs)
+    end.record()
+    torch.cuda.synchronize()  # every stream, so work hidden on a side stream is waited for
+    return float(start.elapsed_time(end)) * 1e3
+
+
+def rse(samples: Sequence[float]) -> float:
+    if len(samples) < 2:
+        return math.inf
+    return statistics.stdev(samples) / math.sqrt(len(samples)) / statistics.fmean(samples)
+
+
+def interleaved(
+    fns: Mapping[str, Op],
+    arg_sets: Sequence[tuple[list[Any], dict[str, Any]]],
+    settings: TimingSettings,
+    seed: int,
+) -> dict[str, list[float]]:
+    """Samples (µs) per named function; stops on precision, trial count or time."""
+    rng = random.Random(seed)
+    flusher = L2Flusher()
+    for fn in fns.values():
+        for i in range(settings.warmup):
+            args, kwargs = arg_sets[i % len(arg_sets)]
+            fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    started = time.monotonic()
+    for trial in range(settings.max_trials):
+        args, kwargs = arg_sets[trial % len(arg_sets)]
+        order = list(fns)
+        rng.shuffle(order)
+        for name in order:
+            samples[name].append(time_once(fns[name], args, kwargs, flusher))
+        if _done(samples, trial + 1, time.monotonic() - started, settings):
+            break
+    return samples
+
+
+def _done(
+    samples: Mapping[str, list[float]], trials: int, spent: float, settings: TimingSettings
+) -> bool:
+    if trials < settings.min_trials:
+        return False
+    precise = all(rse(s) < settings.target_rse for s in samples.values())
+    return precise or spent > settings.max_seconds

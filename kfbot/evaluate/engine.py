@@ -1,0 +1,302 @@
+"""The evaluation engine: build, capture inputs, verify and benchmark in the worker.
+
+    engine = Engine(task, EngineSettings(cache_dir=...))
+    with engine:
+        base = engine.baseline()          # the original must pass its own reference
+        result = engine.evaluate(candidate)
+
+Builds run here (in parallel, cached by content); everything that touches the GPU
+runs in one isolated worker session, restarted after any crash.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
+from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
+from kfbot.evaluate.signature import CallSignature, OpRef
+from kfbot.evaluate.task import KernelTask
+from kfbot.evaluate.worker import JobResult, WorkerSession
+from kfbot.scan.model import InlineSource
+from kfbot.scan.python_facts import extract_python_facts
+
+JOBS = "kfbot.evaluate.device.jobs"
+KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    cache_dir: Path
+    gpu: int | None = None
+    seeds: int = 3
+    job_timeout_s: float = 300.0
+    capture_timeout_s: float = 900.0
+    timing: Mapping[str, float] = field(default_factory=dict)  # TimingSettings fields
+    max_bench_shapes: int = 8
+    measure_peaks: bool = True
+
+
+class Engine:
+    def __init__(
+        self, task: KernelTask, settings: EngineSettings, builder: Builder | None = None
+    ) -> None:
+        self.task = task
+        self.settings = settings
+        self.builder = builder or Builder(settings.cache_dir / "build")
+        self._session: WorkerSession | None = None
+        self._original: BuildResult | None = None
+        self._signatures: list[CallSignature] | None = None
+        self.device: dict[str, Any] = {}
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._session is not None:
+            self._session.close()
+
+    # --- the GPU ---------------------------------------------------------------------
+
+    @property
+    def session(self) -> WorkerSession:
+        if self._session is None:
+            self._session = WorkerSession(
+                gpu=self.settings.gpu,
+                cwd=self.task.root,
+                python_path=[KFBOT_PARENT],
+                preload=("torch",),
+            )
+        return self._session
+
+    def probe(self) -> dict[str, Any]:
+        """Device facts; a KfbotError with one line when there is no usable GPU."""
+        if not self.device:
+            result = self.session.call(
+                f"{JOBS}:probe",
+                {"peaks": self.settings.measure_peaks},
+                timeout_s=self.settings.job_timeout_s,
+            )
+            if not result.ok or result.value is None:
+                raise KfbotError(
+                    f"the GPU worker did not start: {result.reason}", EXIT_MISSING_TOOL
+                )
+            if not result.value.get("cuda"):
+                raise KfbotError(f"no CUDA GPU: {result.value.get('reason')}", EXIT_MISSING_TOOL)
+            self.device = dict(result.value)
+        return self.device
+
+    # --- builds ----------------------------------------------------------------------
+
+    def build(self, candidate: Candidate) -> BuildResult:
+        return self.builder.build(self.request(candidate))
+
+    def request(self, candidate: Candidate) -> BuildRequest:
+        return BuildRequest(
+            recipe=self.task.build,
+            root=self.task.root,
+            files=dict(candidate.files),
+            params=dict(candidate.params),
+            tag=candidate.short,
+            inline_sources=self._inline(candidate),
+        )
+
+    def _inline(self, candidate: Candidate) -> tuple[InlineSource, ...]:
+        recipe = self.task.build
+        if recipe.kind != "load_inline":
+            return ()
+        text = candidate.files.get(recipe.file)
+        if text is None:
+            text = (self.task.root / recipe.file).read_text()
+        facts = extract_python_facts(recipe.file, text.encode())
+        return tuple(
+            self._inline_text(s, candidate) for s in facts.inline_sources if s.build == recipe.name
+        )
+
+    def _inline_text(self, source: InlineSource, candidate: Candidate) -> InlineSource:
+        if source.text is not None or source.path is None:
+            return source
+        text = candidate.files.get(source.path) or (self.task.root / source.path).read_text()
+        return InlineSource(source.build, source.language, text, 0, source.path)
+
+    def original(self) -> BuildResult:
+        if self._original is None:
+            self._original = self.build(ORIGINAL)
+            if not self._original.ok:
+                first = next(iter(self._original.diagnostics), None)
+                detail = f": {first.message}" if first else ""
+                raise KfbotError(
+                    f"{self.task.kernel_id}: the original does not build "
+                    f"({self._original.stage}){detail}"
+                )
+        return self._original
+
+    # --- inputs ----------------------------------------------------------------------
+
+    def signatures(self) -> list[CallSignature]:
+        """The op's real call signatures, captured once from the repository's tests."""
+        if self._signatures is None:
+            self._signatures = self._load_or_capture()
+        return self._signatures
+
+    def _load_or_capture(self) -> list[CallSignature]:
+        path = self.settings.cache_dir / "signatures" / f"{self._signature_key()}.json"
+        if path.is_file():
+            return [CallSignature.from_json(s) for s in json.loads(path.read_text())]
+        if not self.task.test_targets:
+            return []
+        result = capture_signatures(
+            self.task.root,
+            self.task.test_targets,
+            [self._op_ref()],
+            timeout_s=self.settings.capture_timeout_s,
+        )
+        sigs = sorted(result.signatures, key=_size, reverse=True)
+        if sigs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps([s.to_json() for s in sigs]))
+        return sigs
+
+    def _op_ref(self) -> OpRef:
+        op = self.task.op
+        if op.kind == "torch_op":
+            return OpRef.parse(f"torch.ops.{op.module}.{op.name}")
+        return OpRef.parse(f"{op.module}.{op.name}")
+
+    def _signature_key(self) -> str:
+        """Captured signatures stay valid while the tests that produced them are unchanged."""
+        files = sorted({t.split("::")[0] for t in self.task.test_targets})
+        sources = {
+            f: (self.task.root / f).read_text(errors="replace")
+            for f in files
+            if (self.task.root / f).is_file()
+        }
+        return content_hash(sources, {"kernel": self.task.kernel_id, "op": str(self.task.op)})
+
+    # --- evaluation ------------------------------------------------------------------
+
+    def baseline(self) -> Evaluation:
+        """The original against its reference: it must pass before anything is compared."""
+        return self._run(ORIGINAL, None, bench=False)
+
+    def evaluate(self, candidate: Candidate, bench: bool = True) -> Evaluation:
+        started = time.monotonic()
+        built = self.build(candidate)
+        if not built.ok:
+            reason = next(
+                (d.message for d in built.diagnostics if d.severity == "error"),
+                f"build failed at the {built.stage} stage",
+            )
+            return failed(
+                candidate.hash, "build", reason, built.diagnostics, build_seconds=built.seconds
+            )
+        result = self._run(candidate, built, bench=bench)
+        return _with_times(result, built.seconds, time.monotonic() - started)
+
+    def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
+        self.probe()  # no GPU: say so before spending minutes on builds
+        original = self.original()
+        payload = self._payload(original, built, bench)
+        job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
+        resources = (built or original).diagnostics
+        if not job.ok or job.value is None:
+            return _runtime_failure(candidate.hash, job, resources)
+        return self._judge(candidate.hash, job.value, resources, baseline=built is None)
+
+    def _payload(
+        self, original: BuildResult, candidate: BuildResult | None, bench: bool
+    ) -> dict[str, Any]:
+        task = self.task
+        return {
+            "op": task.op.to_json(),
+            "original": _artifact(original),
+            "candidate": _artifact(candidate) if candidate is not None else None,
+            "references": [r.to_json() for r in task.references],
+            "tolerances": {k: list(v) for k, v in task.tolerances.items()},
+            "block": task.block,
+            "signatures": [s.to_json() for s in self.signatures()],
+            "seeds": [secrets.randbits(48) for _ in range(self.settings.seeds)],
+            "baseline": candidate is None,
+            "sys_path": [str(task.root)],
+            "inputs_ref": task.inputs_ref,
+            "declared": {
+                "shapes": [list(s) for s in task.declared_shapes],
+                "dtypes": list(task.declared_dtypes),
+            },
+            "bench": {
+                "timing": dict(self.settings.timing),
+                "max_shapes": self.settings.max_bench_shapes,
+            }
+            if bench
+            else None,
+        }
+
+    def _judge(
+        self, digest: str, value: Mapping[str, Any], resources: Sequence[Any], baseline: bool
+    ) -> Evaluation:
+        records = value.get("baseline" if baseline else "verify", [])
+        checks = tuple(Check.from_json(r) for r in records)
+        env = value.get("environment", {})
+        if not checks:
+            return failed(
+                digest,
+                "baseline" if baseline else "correctness",
+                "no inputs to check: no call signatures were captured and none are declared",
+                resources,
+                environment=env,
+            )
+        bad = next((c for c in checks if not c.passed), None)
+        if bad is not None:
+            stage: Stage = "baseline" if baseline else "correctness"
+            why = bad.error or bad.description or f"mismatch on {bad.input}"
+            return failed(
+                digest,
+                stage,
+                f"{bad.input} vs {bad.against}: {why}",
+                resources,
+                checks=checks,
+                environment=env,
+            )
+        timings = shape_timings(value.get("bench") or [], seed=0, peaks=self.device.get("peaks"))
+        return Evaluation(
+            candidate=digest,
+            stage="done",
+            ok=True,
+            reason=f"correct on {len(checks)} checks",
+            diagnostics=tuple(resources),
+            checks=checks,
+            timings=timings,
+            environment=env,
+        )
+
+
+def _artifact(result: BuildResult) -> dict[str, Any]:
+    return {
+        "artifact": str(result.artifact),
+        "module_name": result.module_name,
+        "namespaces": dict(result.library_namespaces),
+    }
+
+
+def _size(sig: CallSignature) -> int:
+    return sum(t.numel for t in sig.tensors())
+
+
+def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> Evaluation:
+    diag = job.diagnostic()
+    return failed(
+        digest, "runtime", job.reason, [*resources, *([diag] if diag is not None else [])]
+    )
+
+
+def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:
+    return replace(result, build_seconds=build_s, eval_seconds=total_s)

@@ -1,0 +1,140 @@
+"""The answer for one candidate: how far it got, why, and how fast it is.
+
+An `Evaluation` is always a value: a candidate that fails to build, computes the
+wrong thing or crashes the worker is recorded with the stage it reached and a
+one-line reason, plus structured diagnostics for the search and the reports.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kfbot.evaluate.model import Diagnostic
+from kfbot.evaluate.stats import Speedup, compare_times, geometric_mean
+
+Stage = Literal["build", "baseline", "correctness", "runtime", "benchmark", "done"]
+Verdict = Literal["faster", "slower", "noise"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison of the op's output with the reference or the original."""
+
+    input: str
+    against: Literal["reference", "original"]
+    passed: bool
+    error: str | None = None
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    mismatch_fraction: float = 0.0
+    where: str = "none"
+    description: str = ""
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Check:
+        comps = record.get("comparisons") or []
+        worst: Mapping[str, Any] = max(comps, key=lambda c: c.get("max_abs_error", 0.0),
+                                       default={})
+        failing = next((c for c in comps if not c.get("passed")), worst)
+        return cls(
+            input=record["input"],
+            against=record["against"],
+            passed=record["passed"],
+            error=record.get("error"),
+            max_abs_error=float(worst.get("max_abs_error", 0.0)),
+            max_rel_error=float(worst.get("max_rel_error", 0.0)),
+            mismatch_fraction=float(failing.get("mismatch_fraction", 0.0)),
+            where=str(failing.get("where", "none")),
+            description=str(failing.get("description", "")),
+        )
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    input: str
+    speedup: Speedup
+    bytes: int = 0
+    bandwidth: float | None = None  # candidate bytes/s
+    bound: str = ""  # memory-bound, compute-bound, latency-bound, under-utilised
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    candidate: str  # content hash
+    stage: Stage
+    ok: bool
+    reason: str
+    diagnostics: tuple[Diagnostic, ...] = ()
+    checks: tuple[Check, ...] = ()
+    timings: tuple[ShapeTiming, ...] = ()
+    build_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    environment: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        """Geometric mean over the benchmark shapes of original time / candidate time."""
+        if not self.timings:
+            return None
+        return geometric_mean([t.speedup.ratio for t in self.timings])
+
+    @property
+    def verdict(self) -> Verdict | None:
+        if not self.timings:
+            return None
+        verdicts = {t.speedup.verdict for t in self.timings}
+        if verdicts == {"faster"}:
+            return "faster"
+        if "slower" in verdicts and "faster" not in verdicts:
+            return "slower"
+        speedup = self.speedup or 1.0
+        lows = [t.speedup.ci_low for t in self.timings]
+        return "faster" if speedup > 1 and min(lows) > 1 else "noise"
+
+
+def failed(
+    candidate: str, stage: Stage, reason: str, diagnostics: Sequence[Diagnostic] = (), **extra: Any
+) -> Evaluation:
+    return Evaluation(
+        candidate=candidate,
+        stage=stage,
+        ok=False,
+        reason=reason,
+        diagnostics=tuple(diagnostics),
+        **extra,
+    )
+
+
+def shape_timings(
+    records: Sequence[Mapping[str, Any]], seed: int, peaks: Mapping[str, float] | None
+) -> tuple[ShapeTiming, ...]:
+    rng = random.Random(seed)
+    out = []
+    for rec in records:
+        speed = compare_times(rec["original_us"], rec["candidate_us"], rng)
+        seconds = speed.candidate.median / 1e6
+        bandwidth = rec.get("bytes", 0) / seconds if seconds > 0 else None
+        out.append(
+            ShapeTiming(
+                input=rec["input"],
+                speedup=speed,
+                bytes=int(rec.get("bytes", 0)),
+                bandwidth=bandwidth,
+                bound=_bound(bandwidth, seconds, peaks),
+            )
+        )
+    return tuple(out)
+
+
+def _bound(bandwidth: float | None, seconds: float, peaks: Mapping[str, float] | None) -> str:
+    """A coarse roofline class from the achieved bandwidth against the measured peak."""
+    if seconds < 10e-6:
+        return "latency-bound"
+    if not peaks or not bandwidth or not math.isfinite(bandwidth):
+        return "unknown"
+    share = bandwidth / peaks["bandwidth_bytes_per_s"]
+    return "memory-bound" if share >= 0.5 else "under-utilised"

@@ -1,0 +1,123 @@
+"""Evaluations for people (rich tables, Markdown) and machines (JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
+
+MARKS = {"faster": "✓ faster", "slower": "✗ slower", "noise": "≈ noise"}
+
+
+def verdict_line(name: str, ev: Evaluation) -> str:
+    """The one line a person reads first."""
+    if not ev.ok:
+        return f"{name}: REJECTED at {ev.stage}: {ev.reason}"
+    if ev.speedup is None:
+        return f"{name}: correct ({ev.reason})"
+    lows = min(t.speedup.ci_low for t in ev.timings)
+    highs = max(t.speedup.ci_high for t in ev.timings)
+    gpu = ev.environment.get("gpu", "GPU")
+    return (
+        f"{name}: {ev.speedup:.2f}x ({MARKS[ev.verdict or 'noise']}; per-shape 95% CI "
+        f"{lows:.2f}-{highs:.2f}) on {gpu}, verified on {len(ev.checks)} checks"
+    )
+
+
+def print_checks(ev: Evaluation, console: Console) -> None:
+    table = Table(title="verification", show_lines=False)
+    for col in ("input", "against", "result", "max abs err", "max rel err", "where"):
+        table.add_column(col)
+    for c in ev.checks:
+        result = "ok" if c.passed else ("ERROR" if c.error else "MISMATCH")
+        table.add_row(
+            c.input,
+            c.against,
+            result,
+            f"{c.max_abs_error:.3g}",
+            f"{c.max_rel_error:.3g}",
+            c.error or c.description or c.where,
+        )
+    console.print(table)
+
+
+def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
+    table = Table(title="benchmark (µs, median ± IQR; speedup = original / candidate)")
+    for col in ("input", "original", "candidate", "speedup", "95% CI", "verdict", "bound"):
+        table.add_column(col)
+    for t in timings:
+        s = t.speedup
+        table.add_row(
+            t.input,
+            f"{s.baseline.median:.2f} ± {s.baseline.iqr:.2f}",
+            f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f}",
+            f"{s.ratio:.3f}x",
+            f"{s.ci_low:.3f}-{s.ci_high:.3f}",
+            MARKS[s.verdict],
+            t.bound,
+        )
+    console.print(table)
+
+
+def print_diagnostics(ev: Evaluation, console: Console) -> None:
+    for d in ev.diagnostics:
+        where = f"{d.file}:{d.line}: " if d.file else ""
+        console.print(f"[dim]{d.stage}/{d.kind}[/dim] {where}{d.message}", highlight=False)
+
+
+def to_json(name: str, ev: Evaluation) -> dict[str, Any]:
+    return {
+        "kernel": name,
+        "candidate": ev.candidate,
+        "ok": ev.ok,
+        "stage": ev.stage,
+        "reason": ev.reason,
+        "verdict": ev.verdict,
+        "speedup": ev.speedup,
+        "build_seconds": ev.build_seconds,
+        "eval_seconds": ev.eval_seconds,
+        "environment": dict(ev.environment),
+        "checks": [vars(c) for c in ev.checks],
+        "timings": [_timing_json(t) for t in ev.timings],
+        "diagnostics": [vars(d) for d in ev.diagnostics],
+    }
+
+
+def _timing_json(t: ShapeTiming) -> dict[str, Any]:
+    s = t.speedup
+    return {
+        "input": t.input,
+        "speedup": s.ratio,
+        "ci_low": s.ci_low,
+        "ci_high": s.ci_high,
+        "verdict": s.verdict,
+        "original_median_us": s.baseline.median,
+        "original_iqr_us": s.baseline.iqr,
+        "candidate_median_us": s.candidate.median,
+        "candidate_iqr_us": s.candidate.iqr,
+        "samples": [s.baseline.n, s.candidate.n],
+        "bytes": t.bytes,
+        "bandwidth_bytes_per_s": t.bandwidth,
+        "bound": t.bound,
+    }
+
+
+def to_markdown(name: str, ev: Evaluation) -> str:
+    lines = [f"**{verdict_line(name, ev)}**", ""]
+    if ev.timings:
+        lines += [
+            "| input | original µs | candidate µs | speedup | 95% CI | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for t in ev.timings:
+            s = t.speedup
+            lines.append(
+                f"| {t.input} | {s.baseline.median:.2f} ± {s.baseline.iqr:.2f} | "
+                f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f} | {s.ratio:.3f}x | "
+                f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} |"
+            )
+    return "\n".join(lines) + "\n"

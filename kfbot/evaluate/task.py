@@ -1,0 +1,143 @@
+"""What the engine needs to know about one kernel: a `KernelTask`, made from a scan.
+
+It picks the build that holds the kernel, the op that reaches it from Python, the
+references that can be called, the tests to capture inputs from and to run as the
+finalist check, and the task's tolerances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from kfbot.config import Config, TaskConfig
+from kfbot.errors import KfbotError
+from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
+from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest
+
+OpKind = Literal["module", "torch_op", "callable"]
+
+
+@dataclass(frozen=True)
+class OpBinding:
+    """How the worker calls the op in a built artifact."""
+
+    kind: OpKind
+    module: str  # extension module name, torch library namespace, or Python module
+    name: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "module": self.module, "name": self.name}
+
+
+@dataclass(frozen=True)
+class KernelTask:
+    kernel_id: str
+    kernel_name: str
+    root: Path
+    build: BuildRecipe
+    op: OpBinding
+    references: tuple[ReferenceSpec, ...]
+    unusable_references: tuple[str, ...]  # why a found reference could not be called
+    test_targets: tuple[str, ...]  # pytest targets (file::test) that call the op
+    editable_files: tuple[str, ...]
+    tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    declared_shapes: tuple[tuple[int, ...], ...] = ()
+    declared_dtypes: tuple[str, ...] = ()
+    inputs_ref: str | None = None  # "module:callable" input generator from the config
+    block: int | None = None  # the launch's block size, to localise tail mismatches
+    in_place: bool = False
+
+
+def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
+    task_cfg = next((t for t in config.tasks if t.name == kernel.task), None)
+    build = _build(kernel)
+    op = _op(kernel, build)
+    specs, unusable = _references(root, kernel.references)
+    return KernelTask(
+        kernel_id=kernel.id,
+        kernel_name=kernel.name,
+        root=root,
+        build=build,
+        op=op,
+        references=tuple(specs),
+        unusable_references=tuple(unusable),
+        test_targets=_targets(kernel.references),
+        editable_files=kernel.editable_files,
+        tolerances=_tolerances(task_cfg),
+        declared_shapes=task_cfg.shapes if task_cfg else (),
+        declared_dtypes=task_cfg.dtypes if task_cfg else (),
+        inputs_ref=task_cfg.inputs if task_cfg else None,
+        block=_block(kernel),
+        in_place=task_cfg.in_place if task_cfg else False,
+    )
+
+
+def _build(kernel: Kernel) -> BuildRecipe:
+    if not kernel.builds:
+        raise KfbotError(
+            f"{kernel.id}: kfbot cannot tell how this kernel is built; declare "
+            "a task with a `build:` section in kfbot.yaml"
+        )
+    declared = [b for b in kernel.builds if b.origin == "declared"]
+    return (declared or list(kernel.builds))[0]
+
+
+def _op(kernel: Kernel, build: BuildRecipe) -> OpBinding:
+    bindings = [b for b in kernel.bindings if b.cpp_function is not None]
+    if not bindings:
+        raise KfbotError(
+            f"{kernel.id}: no Python binding reaches this kernel "
+            "(no pybind11 m.def or TORCH_LIBRARY op calls its launcher)"
+        )
+    tested = {r.op_name for r in kernel.references}
+    chosen = next((b for b in bindings if b.name in tested), bindings[0])
+    return _binding_op(chosen, build)
+
+
+def _binding_op(binding: Binding, build: BuildRecipe) -> OpBinding:
+    if binding.kind == "pybind11":
+        return OpBinding("module", build.name, binding.name)
+    return OpBinding("torch_op", binding.module, binding.name)
+
+
+def _references(
+    root: Path, refs: tuple[ReferenceTest, ...]
+) -> tuple[list[ReferenceSpec], list[str]]:
+    specs: list[ReferenceSpec] = []
+    unusable: list[str] = []
+    for ref in sorted(refs, key=lambda r: -r.confidence):
+        spec = reference_spec(root, ref)
+        if isinstance(spec, Unusable):
+            unusable.append(f"{ref.file}:{ref.line} {ref.test}: {spec.reason}")
+        elif spec not in specs:
+            specs.append(spec)
+    return specs, unusable
+
+
+def _targets(refs: tuple[ReferenceTest, ...]) -> tuple[str, ...]:
+    targets = [
+        f"{r.file}::{r.test.split('.')[0]}" if r.kind == "pytest" else r.file
+        for r in refs
+        if r.origin == "discovered"
+    ]
+    return tuple(dict.fromkeys(targets))
+
+
+def _tolerances(task: TaskConfig | None) -> dict[str, tuple[float, float]]:
+    if task is None:
+        return {}
+    return {dtype: (tol.atol, tol.rtol) for dtype, tol in task.tolerances.items()}
+
+
+def _block(kernel: Kernel) -> int | None:
+    """The threads per block of the first launch, when the scan can read it as a number."""
+    values = {t.name: t.value for t in kernel.tunables}
+    for site in kernel.launch_sites:
+        block = (site.block or "").strip()
+        value = values.get(block, block)
+        if value.isdigit():
+            return int(value)
+    return None

@@ -1,0 +1,62 @@
+"""Evaluation verdicts, per-shape timings and the reports drawn from them."""
+
+from __future__ import annotations
+
+import json
+
+from kfbot.evaluate.evaluation import Check, Evaluation, failed, shape_timings
+from kfbot.evaluate.report import to_json, to_markdown, verdict_line
+
+
+def _bench(orig: float, cand: float, n: int = 40) -> dict[str, object]:
+    return {"input": f"(4096, 1024) float32 [{orig}/{cand}]", "bytes": 32 << 20,
+            "original_us": [orig + 0.01 * (i % 7) for i in range(n)],
+            "candidate_us": [cand + 0.01 * (i % 5) for i in range(n)]}
+
+
+PEAKS = {"bandwidth_bytes_per_s": 3.0e12, "fp32_flop_per_s": 5e13}
+
+
+def test_faster_on_every_shape_is_faster() -> None:
+    timings = shape_timings([_bench(100, 50), _bench(80, 40)], seed=1, peaks=PEAKS)
+    ev = Evaluation(candidate="h", stage="done", ok=True, reason="ok", timings=timings,
+                    environment={"gpu": "NVIDIA H100"})
+    assert ev.verdict == "faster"
+    assert abs((ev.speedup or 0) - 2.0) < 0.01
+    line = verdict_line("softmax_kernel", ev)
+    assert line.startswith("softmax_kernel: 2.00x (✓ faster; per-shape 95% CI 2.00-2.00)")
+    assert line.endswith("on NVIDIA H100, verified on 0 checks")
+
+
+def test_mixed_shapes_are_not_called_faster() -> None:
+    timings = shape_timings([_bench(100, 50), _bench(40, 80)], seed=1, peaks=PEAKS)
+    ev = Evaluation(candidate="h", stage="done", ok=True, reason="ok", timings=timings)
+    assert ev.verdict == "noise"
+
+
+def test_roofline_class_from_the_measured_peak() -> None:
+    (fast,) = shape_timings([_bench(100, 12)], seed=1, peaks=PEAKS)
+    assert fast.bandwidth is not None and fast.bandwidth > 1.5e12
+    assert fast.bound == "memory-bound"
+    (tiny,) = shape_timings([_bench(5, 4)], seed=1, peaks=PEAKS)
+    assert tiny.bound == "latency-bound"
+
+
+def test_check_summarises_the_failing_comparison() -> None:
+    record = {"input": "(1031,) seed#0", "against": "reference", "passed": False, "error": None,
+              "comparisons": [{"passed": False, "max_abs_error": 3.5, "max_rel_error": 1.0,
+                               "mismatch_fraction": 0.0068, "where": "tail_block",
+                               "description": "only the last partial block differs"}]}
+    check = Check.from_json(record)
+    assert (check.where, check.max_abs_error, check.mismatch_fraction) == (
+        "tail_block", 3.5, 0.0068)
+
+
+def test_rejected_candidate_reports() -> None:
+    ev = failed("h", "correctness", "(1031,) vs reference: only the last partial block differs")
+    assert verdict_line("gelu_kernel", ev) == (
+        "gelu_kernel: REJECTED at correctness: (1031,) vs reference: only the last partial "
+        "block differs")
+    data = to_json("gelu_kernel", ev)
+    assert json.loads(json.dumps(data))["stage"] == "correctness"
+    assert to_markdown("gelu_kernel", ev).startswith("**gelu_kernel: REJECTED")
