@@ -44,7 +44,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gelu(cache: Path) -> Iterator[Engine]:
-    with make_engine("load_elementwise", "gelu_kernel", cache, timeout_s=90) as engine:
+    with make_engine("load_elementwise", "gelu_kernel", cache, timeout_s=40) as engine:
         assert engine.baseline().ok
         yield engine
 

@@ -12,9 +12,11 @@ runs in one isolated worker session, restarted after any crash.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -201,6 +203,16 @@ class Engine:
             )
         result = self._run(candidate, built, bench=bench)
         return _with_times(result, built.seconds, time.monotonic() - started)
+
+    def evaluate_many(self, candidates: Sequence[Candidate], bench: bool = True
+                      ) -> Iterator[tuple[Candidate, Evaluation]]:
+        """Build on every core at once; evaluate each on the GPU as soon as it is built."""
+        workers = max(1, (os.cpu_count() or 2) // 2)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(self.build, c): c for c in candidates}
+            for future in as_completed(futures):
+                candidate = futures[future]
+                yield candidate, self.evaluate(candidate, bench)  # the build is a cache hit
 
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
