@@ -97,7 +97,8 @@ def test_boundary_bug_is_rejected_and_localised_to_the_tail(gelu: Engine) -> Non
     result = gelu.evaluate(gelu_candidate("tail_bug.cu"))
     assert (result.ok, result.stage) == (False, "correctness")
     failing = [c for c in result.checks if not c.passed]
-    assert failing and all(c.where == "tail_block" for c in failing), failing
+    where = [(c.input, c.against, c.where, c.description) for c in failing]
+    assert failing and all(c.where == "tail_block" for c in failing), where
     assert "bounds" in failing[0].description
 
 
@@ -107,6 +108,8 @@ def test_faster_softmax_is_reported_faster_and_significant(cache: Path) -> None:
         assert engine.baseline().ok
         result = engine.evaluate(Candidate(files={"csrc/softmax.cu": text}, origin="user"))
     assert result.ok, result.reason
-    assert result.verdict == "faster"
+    shapes = [(t.input, t.speedup.ratio, t.speedup.ci_low, t.speedup.verdict)
+              for t in result.timings]
+    assert result.verdict == "faster", shapes
     assert (result.speedup or 0) > 2
     assert all(t.speedup.ci_low > 1 for t in result.timings)

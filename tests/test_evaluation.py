@@ -28,10 +28,20 @@ def test_faster_on_every_shape_is_faster() -> None:
     assert line.endswith("on NVIDIA H100, verified on 0 checks")
 
 
-def test_mixed_shapes_are_not_called_faster() -> None:
+def test_one_slower_shape_blocks_a_faster_verdict() -> None:
     timings = shape_timings([_bench(100, 50), _bench(40, 80)], seed=1, peaks=PEAKS)
     ev = Evaluation(candidate="h", stage="done", ok=True, reason="ok", timings=timings)
     assert ev.verdict == "noise"
+    slower = shape_timings([_bench(40, 80), _bench(40, 40)], seed=1, peaks=PEAKS)
+    assert Evaluation(candidate="h", stage="done", ok=True, reason="", timings=slower
+                      ).verdict == "slower"
+
+
+def test_shapes_within_noise_do_not_block_a_faster_verdict() -> None:
+    timings = shape_timings([_bench(100, 50), _bench(4, 4)], seed=1, peaks=PEAKS)
+    assert timings[1].speedup.verdict == "noise"
+    ev = Evaluation(candidate="h", stage="done", ok=True, reason="ok", timings=timings)
+    assert ev.verdict == "faster"
 
 
 def test_roofline_class_from_the_measured_peak() -> None:

@@ -39,8 +39,8 @@ def _load_module(path: str, name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
     try:
+        module = importlib.util.module_from_spec(spec)  # dlopen and PyInit happen here
         spec.loader.exec_module(module)
     except ImportError as exc:
         if "PyInit_" not in str(exc):

@@ -6,8 +6,8 @@ constexpr int kBlockSize = 128;
 
 __global__ void gelu_kernel(const float* x, float* y, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    volatile int spin = 1;
-    while (spin) {}  // never ends
+    // clock64() is opaque to the compiler, so this loop cannot be optimised away.
+    while (clock64() >= 0) {}
     if (i < n) {
         float v = x[i];
         float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);
