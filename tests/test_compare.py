@@ -270,3 +270,14 @@ def test_diagnostic() -> None:
     assert diagnostic.message == f"out: {failed.description}"
     assert ("where", "tail_block") in diagnostic.details
     assert compare(expected, expected, F32).diagnostic() is None
+
+
+def test_all_of_a_single_partial_block_wrong_is_a_tail_bug() -> None:
+    expected = torch.arange(100, dtype=torch.float32)
+    actual = torch.full_like(expected, float("nan"))
+    result = compare(actual, expected, Tolerance(1e-5, 1e-5), block=128)
+    assert result.where == "tail_block"
+    assert result.description.startswith("all 100 elements (fewer than one block of 128) differ")
+    some = expected.clone()
+    some[:10] = -1.0
+    assert compare(some, expected, Tolerance(1e-5, 1e-5), block=128).where != "tail_block"

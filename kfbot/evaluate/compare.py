@@ -343,11 +343,17 @@ def _locate(
 
 
 def _tail_block(spread: _Spread, block: int | None) -> tuple[Where, str] | None:
-    if block is None or spread.n <= block or spread.n % block == 0:
+    if block is None or spread.n % block == 0:
         return None
     start = spread.n - spread.n % block
     if spread.lo < start:
         return None
+    if start == 0:  # fewer elements than one block: only "all of them wrong" points at bounds
+        if spread.count < spread.n:
+            return None
+        text = f"all {spread.n} elements (fewer than one block of {block}) differ"
+        return "tail_block", f"{text} -> the only, partial block is wrong: likely a missing " \
+            "bounds check"
     text = f"{spread.n} elements: only elements {spread.lo}..{spread.hi}"
     text += f" (the last partial block of {block}) differ -> likely a missing bounds check"
     return "tail_block", text

@@ -22,7 +22,8 @@ Op = Callable[..., Any]
 @dataclass(frozen=True)
 class TimingSettings:
     warmup: int = 3
-    min_trials: int = 10
+    warmup_seconds: float = 0.5  # an idle GPU runs at a low clock until kept busy a while
+    min_trials: int = 20
     max_trials: int = 200
     target_rse: float = 0.005
     max_seconds: float = 20.0
@@ -52,6 +53,18 @@ def time_once(fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L
     return float(start.elapsed_time(end)) * 1e3
 
 
+def _warm_up(fns: Mapping[str, Op], arg_sets: Sequence[tuple[list[Any], dict[str, Any]]],
+             settings: TimingSettings) -> None:
+    """At least `warmup` calls each, and until `warmup_seconds` passed: clocks settle."""
+    started, calls = time.monotonic(), 0
+    while calls < settings.warmup or time.monotonic() - started < settings.warmup_seconds:
+        args, kwargs = arg_sets[calls % len(arg_sets)]
+        for fn in fns.values():
+            fn(*args, **kwargs)
+        torch.cuda.synchronize()
+        calls += 1
+
+
 def rse(samples: Sequence[float]) -> float:
     if len(samples) < 2:
         return math.inf
@@ -67,11 +80,7 @@ def interleaved(
     """Samples (µs) per named function; stops on precision, trial count or time."""
     rng = random.Random(seed)
     flusher = L2Flusher()
-    for fn in fns.values():
-        for i in range(settings.warmup):
-            args, kwargs = arg_sets[i % len(arg_sets)]
-            fn(*args, **kwargs)
-    torch.cuda.synchronize()
+    _warm_up(fns, arg_sets, settings)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     started = time.monotonic()
     for trial in range(settings.max_trials):
