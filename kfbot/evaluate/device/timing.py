@@ -19,6 +19,9 @@ import torch
 Op = Callable[..., Any]
 
 
+HOLD_CYCLES = 1_000_000  # about half a millisecond of GPU time at Hopper clocks
+
+
 @dataclass(frozen=True)
 class TimingSettings:
     warmup: int = 3
@@ -46,6 +49,9 @@ def time_once(fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L
     flusher.flush()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
+    # Keep the GPU busy while the host enqueues the op, so the events time the GPU work
+    # and not the host's launch overhead (which varies from process to process).
+    torch.cuda._sleep(HOLD_CYCLES)
     start.record()
     fn(*args, **kwargs)
     end.record()
