@@ -1,4 +1,5 @@
-// Softmax over the last dimension: one block per row, warp-shuffle reductions.
+// Softmax over the last dimension: one block per row with warp-shuffle reductions for
+// long rows; one thread per row for short ones.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -46,8 +47,25 @@ __global__ void softmax_kernel(const float* x, float* y, int64_t rows, int64_t c
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) out[j] = expf(in[j] - m) * inv;
 }
 
+// Short rows: one thread per row, as before; a block's reductions would cost more there.
+__global__ void softmax_short_rows(const float* x, float* y, int64_t rows, int64_t cols) {
+    int64_t row = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (row >= rows) return;
+    const float* in = x + row * cols;
+    float* out = y + row * cols;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < cols; ++j) m = fmaxf(m, in[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) sum += expf(in[j] - m);
+    for (int64_t j = 0; j < cols; ++j) out[j] = expf(in[j] - m) / sum;
+}
+
 cudaError_t softmax_launch(const float* x, float* y, int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return cudaSuccess;
-    softmax_kernel<<<(unsigned)rows, BLOCK>>>(x, y, rows, cols);
+    if (cols <= 32) {
+        softmax_short_rows<<<(unsigned)((rows + BLOCK - 1) / BLOCK), BLOCK>>>(x, y, rows, cols);
+    } else {
+        softmax_kernel<<<(unsigned)rows, BLOCK>>>(x, y, rows, cols);
+    }
     return cudaGetLastError();
 }
