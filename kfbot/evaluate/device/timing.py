@@ -59,11 +59,19 @@ def time_once(fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L
     return float(start.elapsed_time(end)) * 1e3
 
 
+_last_timed = -math.inf  # when this worker last timed anything (time.monotonic)
+IDLE_BEFORE_WARMUP_S = 1.0
+
+
 def _warm_up(fns: Mapping[str, Op], arg_sets: Sequence[tuple[list[Any], dict[str, Any]]],
              settings: TimingSettings) -> None:
-    """At least `warmup` calls each, and until `warmup_seconds` passed: clocks settle."""
+    """At least `warmup` calls each; after the GPU idled, until `warmup_seconds` passed,
+    so its clocks are up again before anything is timed."""
+    global _last_timed
+    idle = time.monotonic() - _last_timed > IDLE_BEFORE_WARMUP_S
+    seconds = settings.warmup_seconds if idle else 0.0
     started, calls = time.monotonic(), 0
-    while calls < settings.warmup or time.monotonic() - started < settings.warmup_seconds:
+    while calls < settings.warmup or time.monotonic() - started < seconds:
         args, kwargs = arg_sets[calls % len(arg_sets)]
         for fn in fns.values():
             fn(*args, **kwargs)
@@ -97,6 +105,8 @@ def interleaved(
             samples[name].append(time_once(fns[name], args, kwargs, flusher))
         if _done(samples, trial + 1, time.monotonic() - started, settings):
             break
+    global _last_timed
+    _last_timed = time.monotonic()
     return samples
 
 
