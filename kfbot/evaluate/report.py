@@ -19,13 +19,13 @@ def verdict_line(name: str, ev: Evaluation) -> str:
         return f"{name}: REJECTED at {ev.stage}: {ev.reason}"
     if ev.speedup is None:
         return f"{name}: correct ({ev.reason})"
-    lows = min(t.speedup.ci_low for t in ev.timings)
-    highs = max(t.speedup.ci_high for t in ev.timings)
+    ratios = [t.speedup.ratio for t in ev.timings]
     gpu = ev.environment.get("gpu", "GPU")
-    return (
-        f"{name}: {ev.speedup:.2f}x ({MARKS[ev.verdict or 'noise']}; per-shape 95% CI "
-        f"{lows:.2f}-{highs:.2f}) on {gpu}, verified on {len(ev.checks)} checks"
-    )
+    shapes = f"{len(ratios)} shape{'s' if len(ratios) != 1 else ''}"
+    spread = f"per shape {min(ratios):.2f}x-{max(ratios):.2f}x" if len(ratios) > 1 else \
+        f"95% CI {ev.timings[0].speedup.ci_low:.2f}-{ev.timings[0].speedup.ci_high:.2f}"
+    return (f"{name}: {ev.speedup:.2f}x {MARKS[ev.verdict or 'noise']} (geometric mean over "
+            f"{shapes}; {spread}) on {gpu}, verified on {len(ev.checks)} checks")
 
 
 def print_checks(ev: Evaluation, console: Console) -> None:
