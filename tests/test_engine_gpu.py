@@ -115,3 +115,15 @@ def test_faster_softmax_is_reported_faster_and_significant(cache: Path) -> None:
     big = next(t for t in result.timings if t.input.startswith("(4096, 1024)"))
     assert big.speedup.ci_low > 2, shapes  # the shape with real work is clearly faster
     assert not any(t.speedup.verdict == "slower" for t in result.timings), shapes
+
+
+def test_finalist_runs_the_repository_tests_against_the_candidate(cache: Path) -> None:
+    text = (CANDIDATES / "softmax_block_per_row" / "csrc" / "softmax.cu").read_text()
+    with make_engine("example", "softmax_kernel", cache) as engine:
+        good = engine.finalist(Candidate(files={"csrc/softmax.cu": text}))
+    assert good.passed, good.output_tail
+    assert "passed" in good.output_tail
+    tail = (CANDIDATES / "gelu" / "tail_bug.cu").read_text()
+    with make_engine("load_elementwise", "gelu_kernel", cache) as engine:
+        bad = engine.finalist(Candidate(files={"csrc/gelu_kernel.cu": tail}))
+    assert not bad.passed and "failed" in bad.output_tail

@@ -17,6 +17,9 @@ from kfbot.evaluate.evaluation import Evaluation
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("verify", help="check a kernel (and a candidate) against its reference")
     add_kernel_arguments(p)
+    p.add_argument("--finalist", action="store_true",
+                   help="also rebuild a copy of the repository with the candidate its own way "
+                        "and run its reference tests (slow)")
     p.set_defaults(run=run)
 
 
@@ -29,8 +32,16 @@ def run(args: argparse.Namespace) -> int:
         results = {"original": base}
         if base.ok and candidate.files:
             results["candidate"] = engine.evaluate(candidate, bench=False)
+        final = engine.finalist(candidate) if args.finalist else None
     _emit(task.kernel_name, results, args.format, console)
-    return EXIT_OK if all(r.ok for r in results.values()) else EXIT_FAILURE
+    if final is not None:
+        mark = "passed" if final.passed else "FAILED"
+        console.print(f"finalist check {mark}: {final.reason} ({final.seconds:.0f} s)",
+                      highlight=False)
+        if not final.passed:
+            console.print(final.output_tail[-3000:], highlight=False, markup=False)
+    passed = all(r.ok for r in results.values()) and (final is None or final.passed)
+    return EXIT_OK if passed else EXIT_FAILURE
 
 
 def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console) -> None:

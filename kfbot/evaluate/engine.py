@@ -26,6 +26,7 @@ from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import capture_signatures
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
+from kfbot.evaluate.finalist import FinalistResult, run_finalist
 from kfbot.evaluate.signature import CallSignature, OpRef
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
@@ -203,6 +204,10 @@ class Engine:
             )
         result = self._run(candidate, built, bench=bench)
         return _with_times(result, built.seconds, time.monotonic() - started)
+
+    def finalist(self, candidate: Candidate) -> FinalistResult:
+        """The repository's own build and reference tests, against the candidate."""
+        return run_finalist(self.task, candidate)
 
     def evaluate_many(self, candidates: Sequence[Candidate], bench: bool = True
                       ) -> Iterator[tuple[Candidate, Evaluation]]:
