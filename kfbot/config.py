@@ -157,6 +157,10 @@ class TaskConfig:
     tolerances: dict[Dtype, Tolerance] = field(default_factory=dict)
     build: BuildConfig | None = None
     in_place: bool = False
+    # Floating-point operations of one call, as a Python expression over the op's
+    # positional arguments `args`, e.g. "2 * args[0].shape[0] * args[0].shape[1] *
+    # args[1].shape[1]" for a matmul; used to report FLOP/s against the device's peak.
+    flops: Text | None = None
     # Where the task starts in the config, so a declared fact can point at its source.
     line: int = field(default=0, compare=False, metadata=SOURCE_LINE)
 

@@ -415,3 +415,11 @@ def test_loaded_patterns_drive_path_included(tmp_path: Path) -> None:
 def test_empty_pattern_is_rejected(tmp_path: Path) -> None:
     message = load_error(tmp_path, "scan:\n  include: ['csrc/**', '']\n")
     assert message == "kfbot.yaml:2: scan.include[1]: must not be empty"
+
+
+def test_task_flops_expression(tmp_path: Path) -> None:
+    (tmp_path / "kfbot.yaml").write_text(
+        "tasks:\n  - name: mm\n    kernel: matmul_tiled\n"
+        "    flops: \"2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]\"\n")
+    (task,) = load_config(None, tmp_path).tasks
+    assert task.flops == "2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]"

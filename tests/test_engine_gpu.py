@@ -127,3 +127,20 @@ def test_finalist_runs_the_repository_tests_against_the_candidate(cache: Path) -
     with make_engine("load_elementwise", "gelu_kernel", cache) as engine:
         bad = engine.finalist(Candidate(files={"csrc/gelu_kernel.cu": tail}))
     assert not bad.passed and "failed" in bad.output_tail
+
+
+def test_declared_flops_are_reported_as_flop_rates(cache: Path, tmp_path: Path) -> None:
+    import shutil
+
+    repo = tmp_path / "matmul"
+    shutil.copytree(FIXTURES / "tunables_matmul", repo)
+    (repo / "kfbot.yaml").write_text(
+        "tasks:\n  - name: mm\n    kernel: matmul_tiled\n"
+        "    flops: \"2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]\"\n")
+    config = load_config(None, repo)
+    chosen = select_kernel(scan(repo, config).kernels, "matmul_tiled")
+    settings = EngineSettings(cache_dir=cache, timing=TIMING)
+    with Engine(make_task(chosen, repo, config), settings) as engine:
+        result = engine.evaluate(rebuilt("flops"))
+    assert result.ok, result.reason
+    assert all(t.flop_rate and t.flop_rate > 1e6 for t in result.timings)

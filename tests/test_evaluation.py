@@ -70,3 +70,13 @@ def test_rejected_candidate_reports() -> None:
     data = to_json("gelu_kernel", ev)
     assert json.loads(json.dumps(data))["stage"] == "correctness"
     assert to_markdown("gelu_kernel", ev).startswith("**gelu_kernel: REJECTED")
+
+
+def test_declared_flops_give_a_rate_and_a_compute_bound_class() -> None:
+    record = {**_bench(100, 50), "bytes": 1 << 20, "flops": 2.0 * 4096**3}
+    (t,) = shape_timings([record], seed=1, peaks=PEAKS)
+    assert t.flop_rate is not None
+    assert abs(t.flop_rate / (2.0 * 4096**3 / 50.02e-6) - 1) < 0.01
+    assert t.bound == "compute-bound"
+    (no_flops,) = shape_timings([_bench(100, 50)], seed=1, peaks=PEAKS)
+    assert no_flops.flop_rate is None

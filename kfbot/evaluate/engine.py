@@ -251,6 +251,7 @@ class Engine:
             },
             "bench": {
                 "timing": dict(self.settings.timing),
+                "flops": task.flops,
                 "max_shapes": self.settings.max_bench_shapes,
             }
             if bench

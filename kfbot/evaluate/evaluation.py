@@ -59,6 +59,7 @@ class ShapeTiming:
     speedup: Speedup
     bytes: int = 0
     bandwidth: float | None = None  # candidate bytes/s
+    flop_rate: float | None = None  # candidate FLOP/s, when the task declares its FLOPs
     bound: str = ""  # memory-bound, compute-bound, latency-bound, under-utilised
 
 
@@ -119,23 +120,31 @@ def shape_timings(
         speed = compare_times(rec["original_us"], rec["candidate_us"], rng)
         seconds = speed.candidate.median / 1e6
         bandwidth = rec.get("bytes", 0) / seconds if seconds > 0 else None
+        flops = rec.get("flops")
+        rate = flops / seconds if flops and seconds > 0 else None
         out.append(
             ShapeTiming(
                 input=rec["input"],
                 speedup=speed,
                 bytes=int(rec.get("bytes", 0)),
                 bandwidth=bandwidth,
-                bound=_bound(bandwidth, seconds, peaks),
+                flop_rate=rate,
+                bound=_bound(bandwidth, rate, seconds, peaks),
             )
         )
     return tuple(out)
 
 
-def _bound(bandwidth: float | None, seconds: float, peaks: Mapping[str, float] | None) -> str:
-    """A coarse roofline class from the achieved bandwidth against the measured peak."""
+def _bound(bandwidth: float | None, flop_rate: float | None, seconds: float,
+           peaks: Mapping[str, float] | None) -> str:
+    """A coarse roofline class from achieved bandwidth and FLOP/s against measured peaks."""
     if seconds < 10e-6:
         return "latency-bound"
-    if not peaks or not bandwidth or not math.isfinite(bandwidth):
+    if not peaks:
         return "unknown"
-    share = bandwidth / peaks["bandwidth_bytes_per_s"]
-    return "memory-bound" if share >= 0.5 else "under-utilised"
+    if flop_rate and flop_rate / peaks["fp32_flop_per_s"] >= 0.5:
+        return "compute-bound"
+    if bandwidth and math.isfinite(bandwidth) and \
+            bandwidth / peaks["bandwidth_bytes_per_s"] >= 0.5:
+        return "memory-bound"
+    return "under-utilised"

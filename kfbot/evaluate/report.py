@@ -102,6 +102,7 @@ def _timing_json(t: ShapeTiming) -> dict[str, Any]:
         "samples": [s.baseline.n, s.candidate.n],
         "bytes": t.bytes,
         "bandwidth_bytes_per_s": t.bandwidth,
+        "flop_per_s": t.flop_rate,
         "bound": t.bound,
     }
 

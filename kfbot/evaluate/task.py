@@ -49,6 +49,7 @@ class KernelTask:
     inputs_ref: str | None = None  # "module:callable" input generator from the config
     block: int | None = None  # the launch's block size, to localise tail mismatches
     in_place: bool = False
+    flops: str | None = None  # FLOPs of one call, an expression over `args` (config)
 
 
 def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
@@ -72,6 +73,7 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         inputs_ref=task_cfg.inputs if task_cfg else None,
         block=_block(kernel),
         in_place=task_cfg.in_place if task_cfg else False,
+        flops=task_cfg.flops if task_cfg else None,
     )
 
 

@@ -145,11 +145,20 @@ def _bench(
             {
                 "input": _shape_label(sig),
                 "bytes": _bytes(original, arg_sets[0]),
+                "flops": _flops(settings.get("flops"), arg_sets[0]),
                 "original_us": samples["original"],
                 "candidate_us": samples["candidate"],
             }
         )
     return out
+
+
+def _flops(expression: str | None, args: tuple[list[Any], dict[str, Any]]) -> float | None:
+    """FLOPs of one call from the task's declared expression over `args`, if any."""
+    if not expression:
+        return None
+    value = eval(expression, {"__builtins__": {}}, {"args": args[0]})  # the user's own config
+    return float(value)
 
 
 def _bytes(fn: Op, args: tuple[list[Any], dict[str, Any]]) -> int:
