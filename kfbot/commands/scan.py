@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -71,4 +72,5 @@ def _emit(report: ScanReport, fmt: str) -> None:
         sys.stdout.write(to_markdown(report))
     else:
         # A pipe or a file gets a wide table rather than rich's 80-column default.
-        print_table(report, Console(width=None if sys.stdout.isatty() else 200))
+        wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+        print_table(report, Console(width=None if wide else 200))
