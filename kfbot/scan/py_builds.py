@@ -20,6 +20,7 @@ from kfbot.scan.py_values import Evaluator, Glob
 BuildKind = Literal["setup_py", "load", "load_inline"]
 _INLINE_KEYS: tuple[tuple[Literal["cpp", "cuda"], str], ...] = (
     ("cpp", "cpp_sources"), ("cuda", "cuda_sources"))
+_BUILD_NAMES = frozenset({"CUDAExtension", "CppExtension", "load_inline", "load"})
 _BUILD_PARAMS: dict[BuildKind, tuple[str, ...]] = {
     "setup_py": ("name", "sources"),
     "load": ("name", "sources", "extra_cflags", "extra_cuda_cflags"),
@@ -67,10 +68,16 @@ class BuildReader:
     def kind(self, call: ast.Call) -> BuildKind | None:
         """Which kind of build `call` is, or None for a call that builds nothing."""
         func = call.func
-        last = func.attr if isinstance(func, ast.Attribute) else \
-            func.id if isinstance(func, ast.Name) else None
-        if isinstance(func, ast.Name) and func.id in self.index.imports:  # `load as jit_load`
-            last = self.index.imports[func.id].rsplit(".", 1)[-1]
+        if isinstance(func, ast.Attribute):
+            last = func.attr
+        elif isinstance(func, ast.Name):
+            last = func.id
+            if last in self.index.imports:  # `load as jit_load`
+                last = self.index.imports[last].rsplit(".", 1)[-1]
+        else:
+            return None
+        if last not in _BUILD_NAMES:
+            return None
         if last in ("CUDAExtension", "CppExtension"):
             return "setup_py"
         if last == "load_inline":
@@ -92,6 +99,9 @@ class BuildReader:
         inline: list[InlineSource] = []
         for scope in self.index.scopes:
             for call in scope.calls:
+                func = call.func
+                if isinstance(func, ast.Attribute) and func.attr not in _BUILD_NAMES:
+                    continue  # the cheap test of `kind` first: most calls end here
                 kind = self.kind(call)
                 if kind is None:
                     continue

@@ -14,6 +14,9 @@ _COMPARE_FUNCS = frozenset({
     "numpy.testing.assert_almost_equal", "numpy.testing.assert_array_equal", "numpy.allclose",
     "numpy.array_equal",
 })
+# The last names of the calls `_compare_call` accepts: a cheap first test for each call.
+_COMPARE_LAST_NAMES = frozenset({q.rsplit(".", 1)[-1] for q in _COMPARE_FUNCS}
+                                | {"allclose", "equal"})
 _ACTUAL_KEYWORDS = ("actual", "input", "a", "x")
 _EXPECTED_KEYWORDS = ("expected", "desired", "other", "b", "y")
 
@@ -45,12 +48,24 @@ class CompareFinder:
 
     def find(self, scope: Scope) -> list[Cmp]:
         """The comparisons written in `scope`, by line."""
-        found = [c for call in scope.calls if (c := self._compare_call(call, scope))]
+        found: list[Cmp] = []
+        for call in scope.calls:
+            func = call.func
+            # An attribute keeps its last name through `qualname`: most calls end here.
+            if isinstance(func, ast.Attribute) and func.attr not in _COMPARE_LAST_NAMES:
+                continue
+            if c := self._compare_call(call, scope):
+                found.append(c)
         found += [c for node in scope.compares if (c := self._abs_max_compare(node, scope))]
         return sorted(found, key=lambda c: c.line)
 
     def _compare_call(self, call: ast.Call, scope: Scope) -> Cmp | None:
         func = call.func
+        # A bare name that was not imported stays as written (`qualname` keeps it), and
+        # only `assert_close` is accepted bare.
+        if isinstance(func, ast.Name) and func.id not in self.index.imports \
+                and func.id != "assert_close":
+            return None
         q = self.index.qualname(func) or ""
         if q == "assert_close":  # a bare name from a star import
             q = "torch.testing.assert_close"

@@ -10,7 +10,7 @@ import ast
 import itertools
 
 from kfbot.scan.py_scopes import MAX_DEPTH, Scope, ScopeIndex, World
-from kfbot.scan.py_syntax import as_written, unique
+from kfbot.scan.py_syntax import as_written, names_in, unique
 from kfbot.scan.py_values import Dtype, Evaluator
 
 _MAX_WORLDS = 32  # parametrize/loop combinations enumerated for shapes and dtypes
@@ -145,6 +145,8 @@ class InputReader:
         return None
 
     def _dim(self, expr: ast.expr, scope: Scope, world: World) -> str:
+        if type(expr) is ast.Constant and type(expr.value) is int:  # most dimensions
+            return str(expr.value)
         value = self.values.eval(expr, scope, world)
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
@@ -176,9 +178,7 @@ class InputReader:
         stack = [(e, scope, 0) for e in exprs]
         while stack:
             expr, sc, depth = stack.pop()
-            for node in ast.walk(expr):
-                if not isinstance(node, ast.Name):
-                    continue
+            for node in names_in(expr):
                 b = self.index.lookup(node.id, sc, node.lineno)
                 if b is None:
                     continue

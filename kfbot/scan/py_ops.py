@@ -61,6 +61,7 @@ class OpFinder:
         self._op_cache: dict[int, Op | None] = {}
         self._first_op_cache: dict[int, Op | None] = {}
         self._local_module_cache: dict[str, bool] = {}
+        self._module_cache: dict[str, tuple[str | None, float] | None] = {}
 
     def release(self) -> None:
         """Drop the cached answers, which hold the file's calls and scopes."""
@@ -168,10 +169,14 @@ class OpFinder:
             b = self.index.lookup(dotted, scope, base.lineno)
             if b is not None:
                 return self._extension_value(b.value, b.scope, depth + 1) if b.value else None
-        q = self.index.qualname(base)
-        if q is None or dotted.split(".")[0] not in self.index.imports:
+        head, _, rest = dotted.partition(".")
+        full = self.index.imports.get(head)
+        if full is None:
             return None
-        return self._extension_module(q)
+        q = f"{full}.{rest}" if rest else full  # `qualname(base)`, its head known imported
+        if q not in self._module_cache:  # the same few modules are asked about per call
+            self._module_cache[q] = self._extension_module(q)
+        return self._module_cache[q]
 
     def _extension_module(self, q: str) -> tuple[str | None, float] | None:
         parts = q.split(".")

@@ -121,6 +121,8 @@ class ReferenceFinder:
             if scope.kind != "function" or top is None or not top.is_test:
                 continue
             for call in scope.calls:
+                if isinstance(call.func, ast.Attribute) and scope.cls is None:
+                    continue  # an attribute names a local function only as `self.f` in a class
                 fn = self.index.local_function(call.func, scope)
                 if fn is not None and fn.report is fn and not fn.is_test:
                     tests = callers.setdefault(fn.name, [])
@@ -206,8 +208,10 @@ class ReferenceFinder:
             if isinstance(node, ast.Call):
                 self._side_call(node, sc, direct, in_arg, depth, side, stack)
             elif isinstance(node, ast.Name):
+                if depth >= 4:
+                    continue
                 b = self.index.lookup(node.id, sc, node.lineno)
-                if depth < 4 and b is not None and b.value is not None and id(b) not in seen:
+                if b is not None and b.value is not None and id(b) not in seen:
                     seen.add(id(b))
                     stack.append((b.value, b.scope, direct and not in_arg, False, depth + 1))
             elif isinstance(node, ast.BinOp):
@@ -231,7 +235,9 @@ class ReferenceFinder:
         elif kind == "unknown" and direct and not in_arg:
             side.unknown = True
         args = [*call.args, *(k.value for k in call.keywords)]
-        stack += [(a, scope, direct, True, depth) for a in reversed(args)]
+        # A literal argument (`atol=1e-3`) computes nothing: it is not pushed at all.
+        stack += [(a, scope, direct, True, depth) for a in reversed(args)
+                  if not isinstance(a, ast.Constant)]
         if isinstance(call.func, ast.Attribute):
             stack.append((call.func.value, scope, direct, in_arg, depth))
 

@@ -13,17 +13,21 @@ import ast
 import itertools
 import posixpath
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Literal
 
-from kfbot.scan.py_syntax import dotted_name, known
+from kfbot.scan.py_syntax import dotted_endswith, dotted_name, known
 
 MAX_DEPTH = 8  # how many assignments a name is followed through
 MAX_ITEMS = 256  # list elements read from one expression
 
 World = dict[int, int]  # parametrize/loop group -> chosen alternative
 
+_LINE = attrgetter("line")  # sort keys
+_POSITION = attrgetter("lineno", "col_offset")
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)
 class Bind:
     """A name's value from one assignment; `alts` when it takes each of several values."""
 
@@ -34,7 +38,7 @@ class Bind:
     group: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Scope:
     name: str
     kind: Literal["module", "class", "function"]
@@ -92,7 +96,7 @@ def _target_names(target: ast.expr) -> tuple[str, ...] | None:
 
 def _row(element: ast.expr, width: int) -> list[ast.expr] | None:
     """One parametrize row: a tuple, a list or `pytest.param(...)`."""
-    if isinstance(element, ast.Call) and (dotted_name(element.func) or "").endswith("param"):
+    if isinstance(element, ast.Call) and dotted_endswith(element.func, "param"):
         values = list(element.args)
     elif isinstance(element, (ast.Tuple, ast.List)):
         values = list(element.elts)
@@ -102,14 +106,14 @@ def _row(element: ast.expr, width: int) -> list[ast.expr] | None:
 
 
 def _unwrap_param(element: ast.expr) -> ast.expr:
-    if (isinstance(element, ast.Call) and (dotted_name(element.func) or "").endswith("param")
+    if (isinstance(element, ast.Call) and dotted_endswith(element.func, "param")
             and element.args):
         return element.args[0]
     return element
 
 
 def _parametrize(dec: ast.expr) -> tuple[tuple[str, ...], ast.expr] | None:
-    if not isinstance(dec, ast.Call) or not (dotted_name(dec.func) or "").endswith("parametrize"):
+    if not isinstance(dec, ast.Call) or not dotted_endswith(dec.func, "parametrize"):
         return None
     args = dict(zip(("argnames", "argvalues"), dec.args, strict=False))
     args.update({k.arg: k.value for k in dec.keywords if k.arg})
@@ -126,12 +130,21 @@ def _parametrize(dec: ast.expr) -> tuple[tuple[str, ...], ast.expr] | None:
     return (found, values) if found else None
 
 
+def _defaults(args: ast.arguments, positional: list[ast.arg]) -> dict[str, ast.expr]:
+    """Parameter name -> its default value."""
+    defaults = {p.arg: d for p, d in zip(
+        positional[len(positional) - len(args.defaults):], args.defaults, strict=True)}
+    defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults,
+                                              strict=True) if d is not None})
+    return defaults
+
+
 def _is_fixture(node: ast.AST | None) -> bool:
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     for dec in node.decorator_list:
         target = dec.func if isinstance(dec, ast.Call) else dec
-        if (dotted_name(target) or "").endswith("fixture"):
+        if dotted_endswith(target, "fixture"):
             return True
     return False
 
@@ -143,27 +156,29 @@ _LEAVES = frozenset({ast.Name, ast.Constant, ast.alias} | {
 _RECORDED = frozenset({ast.Compare, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr,
                        ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Import,
                        ast.ImportFrom, ast.Global, ast.Return, ast.Yield})
-
-
+# Nodes whose only child the walk visits is `value` and which record nothing themselves:
+# the walk steps straight through them (`a.b.c` costs one step, not three).
+_THROUGH = frozenset({ast.Attribute, ast.keyword, ast.Expr, ast.Starred, ast.Await})
 # Fields that hold names, operators or annotations: nothing the index records.
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "names", "module",
                              "level", "asname", "conversion", "kind", "type_comment",
                              "is_async", "annotation", "returns", "type_ignores", "tag"})
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _push_children(node: ast.AST, stack: list[ast.AST]) -> None:
-    """`ast.iter_child_nodes` without the leaves: the index walk is most of a file's cost."""
-    fields = _CHILD_FIELDS.get(type(node))
-    if fields is None:
-        fields = tuple(f for f in node._fields if f not in _SKIPPED_FIELDS)
-        _CHILD_FIELDS[type(node)] = fields
-    for name in fields:
-        value = getattr(node, name, None)
-        if type(value) is list:
-            stack.extend([v for v in value if type(v) not in _LEAVES and isinstance(v, ast.AST)])
-        elif type(value) not in _LEAVES and isinstance(value, ast.AST):
-            stack.append(value)
+def _node_classes(base: type[ast.AST]) -> set[type[ast.AST]]:
+    """Every node class derived from `base`, at any depth."""
+    found: set[type[ast.AST]] = set()
+    for cls in base.__subclasses__():
+        found |= {cls} | _node_classes(cls)
+    return found
+
+
+# Every node class the walk can meet -> the fields it descends into; `_WALKED` are the
+# classes whose nodes it pushes (a type test is cheaper than `isinstance(v, ast.AST)`).
+_CHILD_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {
+    cls: () if cls in _LEAVES else tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+    for cls in _node_classes(ast.AST)}
+_WALKED = frozenset(_CHILD_FIELDS) - _LEAVES - _THROUGH
 
 
 class ScopeIndex:
@@ -179,6 +194,7 @@ class ScopeIndex:
         self.imports: dict[str, str] = {}  # local name -> dotted name it refers to
         self.star_imports: list[str] = []
         self.classes: dict[str, Scope] = {}
+        self.function_names: set[str] = set()  # of every function defined in the file
         self.targets: dict[int, str] = {}  # id(call) -> the name its result is assigned to
         self._pending: list[_Pending] = []
         self._params: list[tuple[Scope, str, int]] = []  # parameters that may be fixtures
@@ -196,13 +212,21 @@ class ScopeIndex:
     # --- indexing: one walk records scopes, names, calls and comparisons --------------
 
     def _index(self, tree: ast.Module) -> None:
+        """Walk each scope's body; a nested function or class body is walked as a scope
+        of its own once the enclosing body is done.
+
+        This walk is most of the index's cost, so the children are pushed inline rather
+        than by `ast.iter_child_nodes`: in field order, leaves left out and a node reached
+        through `_THROUGH` nodes pushed in their place, so nodes are met in the same order.
+        """
         bodies: list[tuple[list[ast.AST], Scope]] = [(list(tree.body), self.module)]
         while bodies:
             stack, scope = bodies.pop()
+            calls, push = scope.calls, stack.append
             while stack:
                 node = stack.pop()
-                if isinstance(node, ast.Call):
-                    scope.calls.append(node)
+                if type(node) is ast.Call:
+                    calls.append(node)
                 elif type(node) in _RECORDED:
                     self._record(node, scope)
                 elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -215,7 +239,19 @@ class ScopeIndex:
                     stack.extend([*node.decorator_list, *node.bases])
                     bodies.append((list(node.body), inner))
                     continue
-                _push_children(node, stack)
+                for name in _CHILD_FIELDS[type(node)]:
+                    value = getattr(node, name)
+                    if type(value) is list:
+                        for v in value:
+                            while type(v) in _THROUGH:
+                                v = v.value
+                            if type(v) in _WALKED:
+                                push(v)
+                    else:
+                        while type(value) in _THROUGH:
+                            value = value.value
+                        if type(value) in _WALKED:
+                            push(value)
         self._finish()
 
     @staticmethod
@@ -230,7 +266,7 @@ class ScopeIndex:
     def _enter_class(self, node: ast.ClassDef, scope: Scope) -> Scope:
         cls = Scope(node.name, "class", parent=scope, node=node, report=scope.report)
         cls.is_test = node.name.startswith("Test") or any(
-            (dotted_name(b) or "").endswith("TestCase") for b in node.bases)
+            dotted_endswith(b, "TestCase") for b in node.bases)
         if scope.kind == "module":
             self.classes[node.name] = cls
         self.scopes.append(cls)
@@ -246,6 +282,7 @@ class ScopeIndex:
         fn.is_test = self.test_file and node.name.startswith("test") and (
             scope.kind == "module" or (in_class and scope.is_test))
         scope.funcs[node.name] = fn
+        self.function_names.add(node.name)
         self.scopes.append(fn)
         self._bind_params(node, fn, scope)
         return fn
@@ -253,14 +290,12 @@ class ScopeIndex:
     def _bind_params(self, node: ast.FunctionDef | ast.AsyncFunctionDef, fn: Scope,
                      scope: Scope) -> None:
         args = node.args
-        positional = [*args.posonlyargs, *args.args]
-        defaults = {p.arg: d for p, d in zip(
-            positional[len(positional) - len(args.defaults):], args.defaults, strict=True)}
-        defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults,
-                                                  strict=True) if d is not None})
-        decorators = list(node.decorator_list)
+        positional = [*args.posonlyargs, *args.args] if args.posonlyargs else args.args
+        defaults = _defaults(args, positional) if args.defaults or args.kwonlyargs else {}
+        decorators = node.decorator_list
         if scope.kind == "class" and isinstance(scope.node, ast.ClassDef):
-            decorators += scope.node.decorator_list  # class-level parametrize applies too
+            # class-level parametrize applies too
+            decorators = [*decorators, *scope.node.decorator_list]
         outer = self._outer(scope)
         parametrized: set[str] = set()
         for dec in decorators:
@@ -268,38 +303,40 @@ class ScopeIndex:
             if spec is not None:
                 self._pending.append(_Pending(fn, spec[0], spec[1], outer, node.lineno, "rows"))
                 parametrized.update(spec[0])
-        names = [p.arg for p in [*positional, *args.kwonlyargs, args.vararg, args.kwarg] if p]
-        for n in names:
-            if n in parametrized:
+        for p in [*positional, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if p is None or p.arg in parametrized:
                 continue
-            if n in defaults:
-                fn.bind(n, Bind(node.lineno, known(defaults[n]), outer))
+            if p.arg in defaults:
+                fn.bind(p.arg, Bind(node.lineno, known(defaults[p.arg]), outer))
             else:
-                self._params.append((fn, n, node.lineno))
+                self._params.append((fn, p.arg, node.lineno))
 
     def _record(self, node: ast.AST, scope: Scope) -> None:
-        if isinstance(node, ast.Compare):
-            scope.compares.append(node)
-        elif isinstance(node, ast.Assign):
+        # Most frequent first: this runs for every statement the index records.
+        if isinstance(node, ast.Assign):
             self._assign(node.targets, node.value, scope, node)
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            self._assign([node.target], node.value, scope, node)
-        elif isinstance(node, ast.AugAssign):
-            self._aug_assign(node, scope)
-        elif isinstance(node, ast.NamedExpr):
-            self._bind_target(node.target, node.value, scope, node.end_lineno or node.lineno)
-        elif isinstance(node, (ast.For, ast.AsyncFor)):
-            self._loop(node, scope)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            self._import(node)
+        elif isinstance(node, (ast.Return, ast.Yield)):
+            if node.value is not None:
+                scope.returns.append(node.value)
+        elif isinstance(node, ast.Compare):
+            scope.compares.append(node)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 if item.optional_vars is not None:
                     self._bind_target(item.optional_vars, item.context_expr, scope, node.lineno)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            self._import(node)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            self._loop(node, scope)
+        elif isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                self._assign([node.target], node.value, scope, node)
+        elif isinstance(node, ast.AugAssign):
+            self._aug_assign(node, scope)
+        elif isinstance(node, ast.NamedExpr):
+            self._bind_target(node.target, node.value, scope, node.end_lineno or node.lineno)
         elif isinstance(node, ast.Global):
             scope.globals_.update(node.names)
-        elif isinstance(node, (ast.Return, ast.Yield)) and node.value is not None:
-            scope.returns.append(node.value)
 
     def _assign(self, targets: list[ast.expr], value: ast.expr, scope: Scope,
                 stmt: ast.stmt) -> None:
@@ -369,17 +406,21 @@ class ScopeIndex:
                     self.module.bind(name, b)
         for fn, name, line in self._params:
             fn.bind(name, self._fixture_bind(name, line) or Bind(line, None, fn))
-        self._sort_binds()
+        self._sort_binds(self.scopes)
         for p in self._pending:
             self._bind_pending(p)
-        self._sort_binds()
+        # Only the scopes the pending names were bound in changed since the first sort.
+        self._sort_binds(list({id(p.scope): p.scope for p in self._pending}.values()))
         for scope in self.scopes:
-            scope.calls.sort(key=lambda c: (c.lineno, c.col_offset))
+            if len(scope.calls) > 1:
+                scope.calls.sort(key=_POSITION)
 
-    def _sort_binds(self) -> None:
-        for scope in self.scopes:
+    @staticmethod
+    def _sort_binds(scopes: list[Scope]) -> None:
+        for scope in scopes:
             for binds in scope.binds.values():
-                binds.sort(key=lambda b: b.line)
+                if len(binds) > 1:
+                    binds.sort(key=_LINE)
 
     def _fixture_bind(self, name: str, line: int) -> Bind | None:
         """A test parameter named after a fixture of this file takes its returned value."""
@@ -437,7 +478,7 @@ class ScopeIndex:
 
     def lookup(self, key: str, scope: Scope, line: int) -> Bind | None:
         """The assignment a use of `key` at `line` sees: locals before the line first."""
-        if key.startswith(("self.", "cls.")):
+        if "." in key and key.startswith(("self.", "cls.")):
             holder = scope.cls
             binds = holder.binds.get("self." + key.split(".", 1)[1]) if holder else None
             return _last_known(binds) if binds else None
@@ -447,13 +488,21 @@ class ScopeIndex:
             if binds:
                 if s is not scope:
                     return _last_known(binds)
-                before = [b for b in binds if b.line < line]
-                return before[-1] if before else binds[-1]
+                # The last one in the list made before the line, else the last one.
+                for b in reversed(binds):
+                    if b.line < line:
+                        return b
+                return binds[-1]
             s = s.parent
         return None
 
     def qualname(self, expr: ast.AST) -> str | None:
         """The dotted name with its first part replaced by what it was imported as."""
+        if isinstance(expr, ast.Name):
+            return self.imports.get(expr.id, expr.id)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):  # `a.b`
+            head = expr.value.id
+            return f"{self.imports.get(head, head)}.{expr.attr}"
         dotted = dotted_name(expr)
         if dotted is None:
             return None
@@ -465,6 +514,8 @@ class ScopeIndex:
 
     def local_function(self, func: ast.expr, scope: Scope) -> Scope | None:
         if isinstance(func, ast.Name):
+            if func.id not in self.function_names:  # most calls: no need to climb scopes
+                return None
             s: Scope | None = scope
             while s is not None:
                 if s.kind != "class" and func.id in s.funcs:
