@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -41,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     report = _scan_with_progress(root, config, args.jobs)
     if args.kernel:
         chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
-        report = ScanReport(report.root, tuple(chosen), report.problems, report.files_scanned,
-                            report.skipped_dirs)
+        report = dataclasses.replace(report, kernels=tuple(chosen))
     _emit(report, args.format or "table")
     if not report.kernels:
         print(f"kfbot: no CUDA kernels found under {report.root} "

@@ -52,11 +52,6 @@ class LaunchSite:
     scope: str = ""  # namespace the launch is written in, for name lookup
     uses: tuple[str, ...] = ()  # identifiers in the enclosing host function
 
-    @property
-    def callee_name(self) -> str:
-        """The callee without template arguments, e.g. "ns::mm"."""
-        return self.kernel
-
 
 @dataclass(frozen=True)
 class Binding:

@@ -59,12 +59,6 @@ def matches_by_pattern(patterns: tuple[str, ...], node: Node) -> list[list[dict[
     return out
 
 
-def captures(pattern: str, node: Node) -> dict[str, list[Node]]:
-    """All captures of `pattern` under `node`, by capture name, in document order."""
-    found: dict[str, list[Node]] = ts.QueryCursor(query(pattern)).captures(node)
-    return found
-
-
 def text(node: Node | None) -> str:
     if node is None or node.text is None:
         return ""
@@ -74,13 +68,6 @@ def text(node: Node | None) -> str:
 def line(node: Node) -> int:
     """1-based line of the node's first character."""
     return int(node.start_point[0]) + 1
-
-
-def ancestors(node: Node) -> Iterator[Node]:
-    parent = node.parent
-    while parent is not None:
-        yield parent
-        parent = parent.parent
 
 
 def error_lines(tree: ts.Tree, limit: int = 5) -> list[int]:
