@@ -22,4 +22,5 @@ def test_wheel_contents(tmp_path: Path) -> None:
     rules = {p.relative_to(ROOT / "rules").as_posix() for p in (ROOT / "rules").rglob("*")
              if p.is_file()}
     assert rules and {f"kfbot/rules/{r}" for r in rules} <= names
+    assert "kfbot/rules/anticheat.yaml" in names  # the static anti-cheating rules
     assert not any(n.startswith(("tests/", "fixtures/")) for n in names)

@@ -93,3 +93,10 @@ def _missing_lines(root: Node, limit: int) -> list[int]:
         elif node.has_error:
             stack.extend(node.children)
     return out
+
+
+def pattern_matches(pattern: str, node: Node) -> list[tuple[int, dict[str, Node]]]:
+    """Each match of a query of any number of patterns as (pattern index, {capture: node})."""
+    cursor = ts.QueryCursor(query(pattern))
+    return [(index, {name: nodes[0] for name, nodes in captures.items()})
+            for index, captures in cursor.matches(node)]
