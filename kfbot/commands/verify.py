@@ -17,6 +17,10 @@ from kfbot.evaluate.evaluation import Evaluation
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("verify", help="check a kernel (and a candidate) against its reference")
     add_kernel_arguments(p)
+    p.add_argument("--adequacy", action="store_true",
+                   help="also run the repository's test against trivial mutants of the op "
+                        "(zeros, constant, passthrough, uninitialized, half precision) to see "
+                        "whether it can be trusted as a judge")
     p.add_argument("--finalist", action="store_true",
                    help="also rebuild a copy of the repository with the candidate its own way "
                         "and run its reference tests (slow)")
@@ -33,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
         if base.ok and candidate.files:
             results["candidate"] = engine.evaluate(candidate, bench=False)
         final = engine.finalist(candidate) if args.finalist else None
+        gate = engine.adequacy() if args.adequacy else None
     _emit(task.kernel_name, results, args.format, console)
+    if gate is not None:
+        console.print(f"test adequacy: {gate.summary()}", highlight=False)
     if final is not None:
         mark = "passed" if final.passed else "FAILED"
         console.print(f"finalist check {mark}: {final.reason} ({final.seconds:.0f} s)",
@@ -55,4 +62,5 @@ def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console)
             continue
         console.print(report.verdict_line(f"{name} ({label})", ev), highlight=False)
         report.print_checks(ev, console)
+        report.print_findings(ev, console)
         report.print_diagnostics(ev, console)

@@ -275,7 +275,19 @@ class Capture:
             raise
         if described is not None:
             self._keep(described)
+        if self.request.mutant:
+            return self._mutated(op, result, args)
         return result
+
+    def _mutated(self, op: str, result: object, args: Sequence[object]) -> object:
+        """The op's result replaced by a trivial mutant, to see whether the test notices."""
+        from kfbot.anticheat.mutants import NotApplicable, mutate
+
+        try:
+            return mutate(str(self.request.mutant), result, args)
+        except NotApplicable as exc:
+            self.error(f"{op}: mutant not applicable: {exc}")
+            return result
 
     def _describe_call(
         self, op: str, args: Sequence[object], kwargs: Mapping[str, object]

@@ -72,6 +72,7 @@ def capture_signatures(
     python: str = sys.executable,
     extra_env: Mapping[str, str] | None = None,
     max_calls: int = DEFAULT_MAX_CALLS,
+    mutant: str | None = None,
 ) -> CaptureResult:
     """Run the tests `targets` (paths or node ids, relative to `root`) and record `ops`."""
     root = root.resolve()
@@ -80,7 +81,8 @@ def capture_signatures(
     _check_targets(root, targets)
     with tempfile.TemporaryDirectory(prefix="kfbot-capture-") as tmp:
         out = Path(tmp) / "capture.json"
-        request = CaptureRequest(ops=tuple(ops), out=str(out), max_calls=max_calls)
+        request = CaptureRequest(ops=tuple(ops), out=str(out), max_calls=max_calls,
+                                 mutant=mutant)
         env = capture_env(request, extra_env, kfbot_import_dir(Path(tmp)))
         _check_pytest(python, root, env)
         command = [python, "-m", "pytest", "-x", "-q", "-p", PLUGIN, "-p", "no:cacheprovider"]

@@ -21,6 +21,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
+from kfbot.anticheat.findings import Finding, strict
+from kfbot.anticheat.physics import physics_findings
+from kfbot.anticheat.sources import kernel_names, static_input, units
+from kfbot.anticheat.static import static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
@@ -47,6 +52,8 @@ class EngineSettings:
     timing: Mapping[str, float] = field(default_factory=dict)  # TimingSettings fields
     max_bench_shapes: int = 8
     measure_peaks: bool = True
+    static_checks: bool = True  # off only to prove the runtime layer on its own
+    runtime_checks: bool = True  # off only to measure what the runtime probes cost
 
 
 class Engine:
@@ -191,8 +198,24 @@ class Engine:
         """The original against its reference: it must pass before anything is compared."""
         return self._run(ORIGINAL, None, bench=False)
 
+    def static_check(self, candidate: Candidate) -> list[Finding]:
+        """The static anti-cheating rules on the candidate's source, before any build."""
+        if not self.settings.static_checks or candidate.hash == ORIGINAL.hash:
+            return []
+        return static_findings(static_input(self.task, candidate, self._op_dtypes()))
+
+    def _op_dtypes(self) -> list[str]:
+        sigs = self._signatures or []
+        found = {t.dtype for s in sigs for t in s.tensors()}
+        return sorted(found | set(self.task.declared_dtypes))
+
     def evaluate(self, candidate: Candidate, bench: bool = True) -> Evaluation:
         started = time.monotonic()
+        findings = self.static_check(candidate)
+        rejected = strict(findings)
+        if rejected:
+            reason = "; ".join(f.line() for f in rejected)
+            return failed(candidate.hash, "static", reason, findings=tuple(findings))
         built = self.build(candidate)
         if not built.ok:
             reason = next(
@@ -203,7 +226,23 @@ class Engine:
                 candidate.hash, "build", reason, built.diagnostics, build_seconds=built.seconds
             )
         result = self._run(candidate, built, bench=bench)
+        result = replace(result, findings=(*findings, *result.findings))
         return _with_times(result, built.seconds, time.monotonic() - started)
+
+    def adequacy(self) -> Adequacy | None:
+        """Does the repository's own test reject trivial mutants of the op? Cached while
+        the tests are unchanged; None when the task has no test to run."""
+        if not self.task.test_targets:
+            return None
+        path = self.settings.cache_dir / "adequacy" / f"{self._signature_key()}.json"
+        cached = load_cached(path)
+        if cached is not None:
+            return cached
+        gate = check_adequacy(self.task.root, self.task.test_targets, self._op_ref(),
+                              timeout_s=self.settings.capture_timeout_s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(gate.to_json()))
+        return gate
 
     def finalist(self, candidate: Candidate) -> FinalistResult:
         """The repository's own build and reference tests, against the candidate."""
@@ -223,11 +262,20 @@ class Engine:
         self.probe()  # no GPU: say so before spending minutes on builds
         original = self.original()
         payload = self._payload(original, built, bench)
+        if built is not None:
+            payload["kernels"] = self._kernels(candidate)
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
             return _runtime_failure(candidate.hash, job, resources)
         return self._judge(candidate.hash, job.value, resources, baseline=built is None)
+
+    def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
+        """Kernel names defined in each build: the ones that count as the op's own."""
+        return {
+            "original": kernel_names(units(self.task, {})),
+            "candidate": kernel_names(units(self.task, candidate.files)),
+        }
 
     def _payload(
         self, original: BuildResult, candidate: BuildResult | None, bench: bool
@@ -243,6 +291,8 @@ class Engine:
             "signatures": [s.to_json() for s in self.signatures()],
             "seeds": [secrets.randbits(48) for _ in range(self.settings.seeds)],
             "baseline": candidate is None,
+            "in_place": task.in_place,
+            "probes": self.settings.runtime_checks,
             "sys_path": [str(task.root)],
             "inputs_ref": task.inputs_ref,
             "declared": {
@@ -262,9 +312,9 @@ class Engine:
         self, digest: str, value: Mapping[str, Any], resources: Sequence[Any], baseline: bool
     ) -> Evaluation:
         records = value.get("baseline" if baseline else "verify", [])
-        checks = tuple(Check.from_json(r) for r in records)
+        checks = tuple(Check.from_json(r) for r in [*records, *value.get("probes", [])])
         env = value.get("environment", {})
-        if not checks:
+        if not records:
             return failed(
                 digest,
                 "baseline" if baseline else "correctness",
@@ -272,19 +322,10 @@ class Engine:
                 resources,
                 environment=env,
             )
+        timings = shape_timings(value.get("bench") or [], seed=0, peaks=self.device.get("peaks"))
         bad = next((c for c in checks if not c.passed), None)
         if bad is not None:
-            stage: Stage = "baseline" if baseline else "correctness"
-            why = bad.error or bad.description or f"mismatch on {bad.input}"
-            return failed(
-                digest,
-                stage,
-                f"{bad.input} vs {bad.against}: {why}",
-                resources,
-                checks=checks,
-                environment=env,
-            )
-        timings = shape_timings(value.get("bench") or [], seed=0, peaks=self.device.get("peaks"))
+            return self._rejected(digest, bad, baseline, resources, checks, env, timings)
         return Evaluation(
             candidate=digest,
             stage="done",
@@ -294,7 +335,21 @@ class Engine:
             checks=checks,
             timings=timings,
             environment=env,
+            findings=tuple(physics_findings(timings, self.device.get("peaks"))),
         )
+
+    @staticmethod
+    def _rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],
+                  checks: tuple[Check, ...], env: Mapping[str, Any],
+                  timings: tuple[Any, ...]) -> Evaluation:
+        why = bad.error or bad.description or f"mismatch on {bad.input}"
+        if baseline or bad.check == "correctness":
+            stage: Stage = "baseline" if baseline else "correctness"
+            return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
+                          checks=checks, environment=env)
+        finding = bad.finding()
+        return failed(digest, "anticheat", finding.line(), resources, checks=checks,
+                      environment=env, timings=timings, findings=(finding,))
 
 
 def _artifact(result: BuildResult) -> dict[str, Any]:

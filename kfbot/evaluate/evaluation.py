@@ -13,10 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kfbot.anticheat.findings import Finding, Layer
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.stats import Speedup, compare_times, geometric_mean
 
-Stage = Literal["build", "baseline", "correctness", "runtime", "benchmark", "done"]
+Stage = Literal[
+    "static", "build", "baseline", "correctness", "anticheat", "runtime", "benchmark", "done"
+]
 Verdict = Literal["faster", "slower", "noise"]
 
 
@@ -25,7 +28,7 @@ class Check:
     """One comparison of the op's output with the reference or the original."""
 
     input: str
-    against: Literal["reference", "original"]
+    against: str  # "reference", "original", or "inputs" for an input-mutation check
     passed: bool
     error: str | None = None
     max_abs_error: float = 0.0
@@ -33,6 +36,8 @@ class Check:
     mismatch_fraction: float = 0.0
     where: str = "none"
     description: str = ""
+    check: str = "correctness"  # or the runtime anti-cheating check that failed
+    run: str = ""  # how the call was made, e.g. "outputs poisoned with NaN (0xFF bytes)"
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> Check:
@@ -50,7 +55,19 @@ class Check:
             mismatch_fraction=float(failing.get("mismatch_fraction", 0.0)),
             where=str(failing.get("where", "none")),
             description=str(failing.get("description", "")),
+            check=str(record.get("check", "correctness")),
+            run=str(record.get("run", "")),
         )
+
+    def finding(self) -> Finding:
+        """A failed anti-cheating check as a finding with its evidence."""
+        layer: Layer = "timing" if self.check in TIMING_CHECKS else "runtime"
+        why = self.error or self.description or f"mismatch against the {self.against}"
+        where = f"{self.input}; {self.run}" if self.run else self.input
+        return Finding(self.check, layer, "strict", why, where)
+
+
+TIMING_CHECKS = frozenset({"timed-output", "timer-disagreement"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,16 @@ class Evaluation:
     build_seconds: float = 0.0
     eval_seconds: float = 0.0
     environment: Mapping[str, Any] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()  # anti-cheating: what rejected it, warnings, flags
+
+    @property
+    def needs_review(self) -> bool:
+        """A physics-floor flag: a person must look before this is published."""
+        return any(f.layer == "physics" for f in self.findings)
+
+    @property
+    def publishable(self) -> bool:
+        return self.ok and self.verdict == "faster" and not self.needs_review
 
     @property
     def speedup(self) -> float | None:

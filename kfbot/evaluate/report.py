@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
@@ -63,6 +64,15 @@ def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
     console.print(table)
 
 
+def print_findings(ev: Evaluation, console: Console) -> None:
+    """Anti-cheating findings: what rejected the candidate, warnings, review flags."""
+    for f in ev.findings:
+        style = "red" if f.severity == "strict" else "yellow"
+        where = f"\n    {f.evidence}" if f.evidence else ""
+        text = escape(f"[{f.check}] {f.reason}{where}")
+        console.print(f"[{style}]{f.layer} {f.severity}[/{style}] {text}", highlight=False)
+
+
 def print_diagnostics(ev: Evaluation, console: Console) -> None:
     for d in ev.diagnostics:
         where = f"{d.file}:{d.line}: " if d.file else ""
@@ -84,6 +94,8 @@ def to_json(name: str, ev: Evaluation) -> dict[str, Any]:
         "checks": [vars(c) for c in ev.checks],
         "timings": [_timing_json(t) for t in ev.timings],
         "diagnostics": [vars(d) for d in ev.diagnostics],
+        "findings": [f.to_json() for f in ev.findings],
+        "needs_review": ev.needs_review,
     }
 
 
@@ -121,4 +133,7 @@ def to_markdown(name: str, ev: Evaluation) -> str:
                 f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f} | {s.ratio:.3f}x | "
                 f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} |"
             )
+    if ev.findings:
+        lines += ["", "Anti-cheating findings:", ""]
+        lines += [f"- {f.layer}/{f.severity}: {f.line()}" for f in ev.findings]
     return "\n".join(lines) + "\n"

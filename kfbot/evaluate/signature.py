@@ -298,12 +298,14 @@ class CaptureRequest:
     ops: tuple[OpRef, ...]
     out: str
     max_calls: int = DEFAULT_MAX_CALLS  # recorded calls per op; later calls are only counted
+    mutant: str | None = None  # replace each op's result with this trivial mutant of it
 
     def to_json(self) -> JsonObject:
         return {
             "ops": [r.to_json() for r in self.ops],
             "out": self.out,
             "max_calls": self.max_calls,
+            **({"mutant": self.mutant} if self.mutant else {}),
         }
 
     @staticmethod
@@ -316,6 +318,7 @@ class CaptureRequest:
             ops=tuple(map(OpRef.from_json, ops)),
             out=_str(obj, "out"),
             max_calls=_int(obj, "max_calls", DEFAULT_MAX_CALLS),
+            mutant=_optional_mutant(obj.get("mutant")),
         )
 
 
@@ -557,3 +560,9 @@ def _int_tuple(obj: Mapping[str, object], field: str) -> tuple[int, ...]:
     ):
         raise KfbotError(f"signature: field {field!r} must be a list of integers")
     return tuple(cast(list[int], value))
+
+
+def _optional_mutant(value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise KfbotError("capture request: mutant must be a string")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -16,10 +17,29 @@ import torch
 from kfbot.evaluate.compare import Tolerance
 from kfbot.evaluate.device import environment
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
-from kfbot.evaluate.device.timing import TimingSettings, interleaved
-from kfbot.evaluate.device.verify import InputSet, call, tensors, verify
+from kfbot.evaluate.device.probes import is_benign, kernel_identifier, launches, wall_clock_us
+from kfbot.evaluate.device.timing import L2Flusher, TimingSettings, interleaved
+from kfbot.evaluate.device.verify import (
+    Context,
+    InputSet,
+    Record,
+    call,
+    clone,
+    compare_outputs,
+    record,
+    repeat_records,
+    tensors,
+    verify,
+)
 from kfbot.evaluate.inputs import edge_signatures, make_args
 from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.worker import cuda_error_kind
+
+REPEAT_CALLS = 10
+# The second timer may see the candidate's GPU time as at most this much longer than
+# the CUDA events did (host launch and synchronize costs vary a little between ops).
+WALL_TOLERANCE = 0.25
+WALL_SLACK_US = 15.0  # launchers differ by a few allocations or checks on the host
 
 
 def probe(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,13 +68,92 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         "inputs": [s.label for s in checked],
         "environment": environment.describe(),
     }
+    ctx = Context(overrides, block, in_place=bool(payload.get("in_place")),
+                  probes=bool(payload.get("probes", True)))
     if payload.get("baseline"):
-        result["baseline"] = verify(original, None, references, checked, overrides, block)
+        result["baseline"] = verify(original, None, references, checked, ctx)
     if candidate is not None:
-        result["verify"] = verify(candidate, original, references, checked, overrides, block)
+        result["verify"] = _verify_candidate(candidate, original, references, checked, ctx,
+                                             payload)
         if payload.get("bench") and all(r["passed"] for r in result["verify"]):
-            result["bench"] = _bench(original, candidate, signatures, seeds, payload["bench"])
+            result["bench"], result["probes"] = _bench(
+                original, candidate, signatures, seeds, payload["bench"], ctx)
+        kernels = payload.get("kernels")
+        passed = all(r["passed"] for r in [*result["verify"], *result.get("probes", [])])
+        if ctx.probes and checked and kernels and passed:
+            result["verify"] += _launch_records(original, candidate, checked[0], kernels)
     return result
+
+
+def _verify_candidate(
+    candidate: Op, original: Op, references: Callable[[InputSet], Op | None],
+    checked: Sequence[InputSet], ctx: Context, payload: Mapping[str, Any],
+) -> list[Record]:
+    records = verify(candidate, original, references, checked, ctx)
+    if not ctx.probes:
+        return records
+    if checked and all(r["passed"] for r in records):
+        fresh = _fresh_inputs(checked[0], payload)
+        records += repeat_records(candidate, original, fresh, REPEAT_CALLS, ctx)
+    return records
+
+
+def _fresh_inputs(like: InputSet, payload: Mapping[str, Any]) -> Callable[[int], InputSet]:
+    """Inputs shaped like `like` from new seeds: the same shapes, other values."""
+    signatures = [CallSignature.from_json(s) for s in payload.get("signatures", [])]
+    base = int(payload["seeds"][0]) ^ 0x5EED
+
+    def make(k: int) -> InputSet:
+        if signatures:
+            return InputSet(f"seed +{k}", *make_args(signatures[0], base + k, "cuda"))
+        args = [_reseeded(a, base + k) for a in like.args]
+        return InputSet(f"seed +{k}", args, dict(like.kwargs))
+
+    return make
+
+
+def _reseeded(value: Any, seed: int) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        gen = torch.Generator(device=value.device).manual_seed(seed)
+        return torch.randn(value.shape, generator=gen, device=value.device, dtype=value.dtype)
+    return value
+
+
+def _launch_records(original: Op, candidate: Op, inputs: InputSet,
+                    kernels: Mapping[str, Sequence[str]]) -> list[Record]:
+    """The candidate must launch its own kernels, on the caller's stream, and no
+    library kernel that the original did not launch."""
+    try:
+        seen_o = launches(original, *_copies(inputs))
+        seen_c = launches(candidate, *_copies(inputs))
+    except (RuntimeError, ImportError, AttributeError) as exc:
+        if cuda_error_kind(str(exc)) is not None:
+            raise
+        return []  # no profiler here: the other layers still stand
+    own_o, own_c = set(kernels.get("original", ())), set(kernels.get("candidate", ()))
+    foreign_o = {kernel_identifier(k.name) for k in seen_o} - own_o
+    mine = [k for k in seen_c if kernel_identifier(k.name) in own_c]
+    alien = sorted({k.name[:120] for k in seen_c if kernel_identifier(k.name) not in own_c
+                    and kernel_identifier(k.name) not in foreign_o and not is_benign(k.name)})
+    streams_o = {k.stream for k in seen_o}
+    strays = sorted({k.name[:80] for k in seen_c if streams_o and k.stream not in streams_o})
+    out = []
+    if alien:
+        out.append(record(inputs, "original", False, "foreign-kernels",
+                          error=f"launches library kernels the original did not: {alien[:4]}"))
+    if not mine and any(kernel_identifier(k.name) in own_o for k in seen_o):
+        out.append(record(inputs, "original", False, "no-own-kernel",
+                          error="launched none of its own kernels (saw "
+                                f"{[k.name[:80] for k in seen_c][:4] or 'no kernels'})"))
+    if strays:
+        out.append(record(inputs, "original", False, "side-stream",
+                          error=f"runs {strays[:3]} on a stream the original does not use: "
+                                "work the caller's stream (and its timer) does not wait for"))
+    return out
+
+
+def _copies(inputs: InputSet) -> tuple[list[Any], dict[str, Any]]:
+    return clone(inputs.args), clone(inputs.kwargs)
 
 
 def _references(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
@@ -80,8 +179,9 @@ def _input_sets(
     signatures: Sequence[CallSignature], seeds: Sequence[int], payload: Mapping[str, Any]
 ) -> list[InputSet]:
     sets = [
-        InputSet(f"{_shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"))
-        for sig in signatures
+        InputSet(f"{_shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"),
+                 group=f"sig{n}")
+        for n, sig in enumerate(signatures)
         for i, seed in enumerate(seeds)
     ]
     declared = payload.get("declared") or {}
@@ -99,7 +199,8 @@ def _declared_sets(ref: str, declared: Mapping[str, Any], seeds: Sequence[int]) 
             for i, seed in enumerate(seeds):
                 torch.manual_seed(seed)
                 args = list(make(tuple(shape), dtype))
-                sets.append(InputSet(f"{tuple(shape)} {dtype} seed#{i} (declared)", args, {}))
+                label = f"{tuple(shape)} {dtype} seed#{i} (declared)"
+                sets.append(InputSet(label, args, {}, group=f"{tuple(shape)} {dtype}"))
     return sets
 
 
@@ -114,7 +215,7 @@ def _edge_sets(
             try:
                 call(original, inputs)
             except (RuntimeError, ValueError, TypeError) as exc:
-                if "CUDA" in str(exc):
+                if cuda_error_kind(str(exc)) is not None:
                     raise
                 continue  # the op does not accept this shape
             sets.append(inputs)
@@ -133,24 +234,66 @@ def _bench(
     signatures: Sequence[CallSignature],
     seeds: Sequence[int],
     settings: Mapping[str, Any],
-) -> list[dict[str, Any]]:
+    ctx: Context,
+) -> tuple[list[dict[str, Any]], list[Record]]:
+    """Interleaved timings per shape, with the timed outputs re-checked and the CUDA
+    events of the first shape confirmed by the host's wall clock."""
     timing = TimingSettings(**settings.get("timing", {}))
-    out = []
-    for sig in signatures[: int(settings.get("max_shapes", 8))]:
+    out, probes = [], []
+    for n, sig in enumerate(signatures[: int(settings.get("max_shapes", 8))]):
         arg_sets = [make_args(sig, seed, "cuda") for seed in seeds]
-        samples = interleaved(
-            {"original": original, "candidate": candidate}, arg_sets, timing, seed=seeds[0]
-        )
-        out.append(
-            {
-                "input": _shape_label(sig),
-                "bytes": _bytes(original, arg_sets[0]),
-                "flops": _flops(settings.get("flops"), arg_sets[0]),
-                "original_us": samples["original"],
-                "candidate_us": samples["candidate"],
-            }
-        )
-    return out
+        timed = interleaved({"original": original, "candidate": candidate}, arg_sets, timing,
+                            seed=seeds[0], check=_timed_check(ctx) if ctx.probes else None)
+        label = _shape_label(sig)
+        out.append({
+            "input": label,
+            "bytes": _bytes(original, arg_sets[0]),
+            "flops": _flops(settings.get("flops"), arg_sets[0]),
+            "original_us": timed.samples["original"],
+            "candidate_us": timed.samples["candidate"],
+        })
+        if timed.mismatch is not None:
+            probes.append(record(InputSet(label, [], {}), "original", False, "timed-output",
+                                 error=f"a timed output differs from the original's "
+                                       f"({timed.mismatch})"))
+        if n == 0 and ctx.probes:
+            probes += _second_timer(original, candidate, arg_sets[0], out[-1], label)
+    return out, probes
+
+
+def _timed_check(ctx: Context) -> Callable[[Mapping[str, Any]], str | None]:
+    def check(outputs: Mapping[str, Any]) -> str | None:
+        comps = compare_outputs(outputs["candidate"], outputs["original"], ctx.overrides,
+                                ctx.block)
+        bad = next((c for c in comps if not c.passed), None)
+        return None if bad is None else bad.description or "mismatch"
+
+    return check
+
+
+def _second_timer(original: Op, candidate: Op, args: tuple[list[Any], dict[str, Any]],
+                  entry: dict[str, Any], label: str) -> list[Record]:
+    """Host wall clock around a device-wide synchronize must agree with the events.
+
+    The original's host overhead (launch, synchronize) is its wall time minus its
+    event time; the candidate's wall time minus that overhead is the GPU time the host
+    saw, which may exceed the candidate's event time by WALL_TOLERANCE + WALL_SLACK_US.
+    A disagreement is measured again, longer, before it counts.
+    """
+    flusher = L2Flusher()
+    event_o = statistics.median(entry["original_us"])
+    event_c = statistics.median(entry["candidate_us"])
+    for calls in (30, 100):
+        wall_o, wall_c = wall_clock_us([original, candidate], *args, flush=flusher.flush,
+                                       calls=calls)
+        seen = wall_c - (wall_o - event_o)
+        entry.update(wall_original_us=wall_o, wall_candidate_us=wall_c)
+        if seen <= event_c * (1 + WALL_TOLERANCE) + WALL_SLACK_US:
+            return []
+    return [record(InputSet(label, [], {}), "original", False, "timer-disagreement",
+                   error=f"the host wall clock saw {seen:.1f} µs of GPU work per call where the "
+                         f"CUDA events saw {event_c:.1f} µs (original: wall {wall_o:.1f} µs, "
+                         f"events {event_o:.1f} µs): work the events do not cover")]
 
 
 def _flops(expression: str | None, args: tuple[list[Any], dict[str, Any]]) -> float | None:

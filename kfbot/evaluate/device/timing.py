@@ -44,8 +44,10 @@ class L2Flusher:
         self.buffer.zero_()
 
 
-def time_once(fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher) -> float:
-    """Microseconds of one call, between CUDA events on the current stream."""
+def time_once(
+    fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher
+) -> tuple[float, Any]:
+    """Microseconds of one call, between CUDA events on the current stream, and its output."""
     flusher.flush()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -53,10 +55,10 @@ def time_once(fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L
     # and not the host's launch overhead (which varies from process to process).
     torch.cuda._sleep(HOLD_CYCLES)
     start.record()
-    fn(*args, **kwargs)
+    out = fn(*args, **kwargs)
     end.record()
     torch.cuda.synchronize()  # every stream, so work hidden on a side stream is waited for
-    return float(start.elapsed_time(end)) * 1e3
+    return float(start.elapsed_time(end)) * 1e3, out
 
 
 _last_timed = -math.inf  # when this worker last timed anything (time.monotonic)
@@ -85,29 +87,52 @@ def rse(samples: Sequence[float]) -> float:
     return statistics.stdev(samples) / math.sqrt(len(samples)) / statistics.fmean(samples)
 
 
+Check = Callable[[Mapping[str, Any]], str | None]
+
+
+@dataclass
+class Timed:
+    samples: dict[str, list[float]]
+    mismatch: str | None = None  # what `check` said of the first timed outputs it rejected
+
+
 def interleaved(
     fns: Mapping[str, Op],
     arg_sets: Sequence[tuple[list[Any], dict[str, Any]]],
     settings: TimingSettings,
     seed: int,
-) -> dict[str, list[float]]:
-    """Samples (µs) per named function; stops on precision, trial count or time."""
+    check: Check | None = None,
+) -> Timed:
+    """Samples (µs) per named function; stops on precision, trial count or time.
+
+    `check`, if given, sees every trial's outputs by name: an op that behaves
+    differently when timed than when verified is caught on its timed outputs. The
+    outputs of a trial are all alive until it is checked, so no op in the trial can be
+    handed another's result as recycled memory.
+    """
     rng = random.Random(seed)
     flusher = L2Flusher()
     _warm_up(fns, arg_sets, settings)
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+    timed = Timed({name: [] for name in fns})
     started = time.monotonic()
     for trial in range(settings.max_trials):
         args, kwargs = arg_sets[trial % len(arg_sets)]
         order = list(fns)
         rng.shuffle(order)
+        outputs: dict[str, Any] = {}
         for name in order:
-            samples[name].append(time_once(fns[name], args, kwargs, flusher))
-        if _done(samples, trial + 1, time.monotonic() - started, settings):
+            micros, outputs[name] = time_once(fns[name], args, kwargs, flusher)
+            timed.samples[name].append(micros)
+        if check is not None and timed.mismatch is None:
+            problem = check(outputs)
+            if problem is not None:
+                timed.mismatch = f"timed trial {trial + 1}: {problem}"
+        del outputs
+        if _done(timed.samples, trial + 1, time.monotonic() - started, settings):
             break
     global _last_timed
     _last_timed = time.monotonic()
-    return samples
+    return timed
 
 
 def _done(

@@ -1,17 +1,37 @@
-"""Correctness inside the worker: the op against its reference and against the original."""
+"""Correctness inside the worker: the op against its reference and against the original.
+
+Each candidate check runs candidate -> reference (and original) -> candidate on the
+same inputs. The first candidate call finds the allocator poisoned with NaN; the
+second finds it emptied and refilled with another pattern after the reference ran,
+so an output the op does not write, or one it takes from memory the reference or
+the original left behind, cannot pass. Inputs are compared before and after each
+call, and outputs of different inputs must differ wherever the reference's do.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from kfbot.evaluate.compare import Comparison, Tolerance, compare, dtype_name, tolerance_for
+from kfbot.evaluate.device.probes import (
+    POISON_FINITE,
+    POISON_NAMES,
+    POISON_NAN,
+    mutated,
+    poison,
+    poisoned_elements,
+    snapshot,
+    tensors_in,
+)
+from kfbot.evaluate.worker import cuda_error_kind
 
 Op = Callable[..., Any]
 Args = tuple[list[Any], dict[str, Any]]
+Record = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -19,6 +39,7 @@ class InputSet:
     label: str  # e.g. "(4096, 1024) float32 seed#1" or "edge (1, 1)"
     args: list[Any]
     kwargs: dict[str, Any]
+    group: str = ""  # the same shapes from another seed share a group
 
 
 def clone(value: Any) -> Any:
@@ -61,6 +82,10 @@ def tensors(out: Any) -> list[Any]:
     return [out]
 
 
+def input_bytes(inputs: InputSet) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_in([inputs.args, inputs.kwargs]))
+
+
 def compare_outputs(
     actual: Any, expected: Any, overrides: Mapping[str, Tolerance], block: int | None
 ) -> list[Comparison]:
@@ -77,34 +102,184 @@ def compare_outputs(
     return results
 
 
-def check(
-    fn: Op,
-    against: str,
-    expected: Any,
-    inputs: InputSet,
-    overrides: Mapping[str, Tolerance],
-    block: int | None,
-) -> dict[str, Any]:
-    """One comparison as a JSON record; an exception from the op is a failed check."""
+@dataclass(frozen=True)
+class Run:
+    """One call of the op: its output, or the error it raised, and what it changed."""
+
+    out: Any = None
+    error: str | None = None
+    mutated: tuple[int, ...] = ()
+    poison: int | None = None
+
+
+def run(fn: Op, inputs: InputSet, byte: int | None) -> Run:
+    """Call `fn` on copies of the inputs, after poisoning the allocator with `byte`."""
+    args, kwargs = clone(inputs.args), clone(inputs.kwargs)
+    before = snapshot([args, kwargs])
+    if byte is not None:
+        poison(byte, input_bytes(inputs))
     try:
-        results = compare_outputs(call(fn, inputs), expected, overrides, block)
+        out = fn(*args, **kwargs)
+        torch.cuda.synchronize()
     except (RuntimeError, ValueError, TypeError) as exc:
-        if "CUDA" in str(exc) or "cuda" in type(exc).__name__.lower():
+        if cuda_error_kind(str(exc)) is not None:
             raise  # a sticky CUDA error: the worker must restart; the engine records it
-        return {
-            "input": inputs.label,
-            "against": against,
-            "passed": False,
-            "error": f"{type(exc).__name__}: {exc}"[:500],
-            "comparisons": [],
-        }
+        return Run(error=f"{type(exc).__name__}: {exc}"[:500], poison=byte)
+    return Run(out, None, tuple(mutated(before, [args, kwargs])), byte)
+
+
+def record(inputs: InputSet, against: str, passed: bool, check: str, **extra: Any) -> Record:
     return {
         "input": inputs.label,
         "against": against,
-        "passed": all(r.passed for r in results),
-        "error": None,
-        "comparisons": [r.to_json() for r in results],
+        "passed": passed,
+        "check": check,
+        "error": extra.get("error"),
+        "comparisons": extra.get("comparisons", []),
+        "run": extra.get("run", ""),
     }
+
+
+def judge(result: Run, expected: Any, inputs: InputSet, against: str, ctx: Context) -> Record:
+    """One output against one expectation, naming the check that failed."""
+    label = _run_label(result.poison)
+    if result.error is not None:
+        return record(inputs, against, False, "correctness", error=result.error, run=label)
+    try:
+        comps = compare_outputs(result.out, expected, ctx.overrides, ctx.block)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        return record(inputs, against, False, "correctness", run=label,
+                      error=f"{type(exc).__name__}: {exc}"[:500])
+    passed = all(c.passed for c in comps)
+    check = "correctness" if passed else _failed_check(result, expected)
+    error = None if check == "correctness" else _poison_text(result, expected)
+    return record(inputs, against, passed, check, run=label, error=error,
+                  comparisons=[c.to_json() for c in comps])
+
+
+def _run_label(byte: int | None) -> str:
+    if byte is None:
+        return "plain call"
+    return f"outputs poisoned with {POISON_NAMES[byte]}"
+
+
+def _poisoned(result: Run, expected: Any) -> tuple[int, int]:
+    """(elements still holding the poison, total output elements)."""
+    if result.poison is None:
+        return 0, 0
+    hit = total = 0
+    for out, exp in zip(tensors(result.out), tensors(expected), strict=False):
+        if not isinstance(out, torch.Tensor):
+            continue
+        total += out.numel()
+        hit += poisoned_elements(out, result.poison)
+        if result.poison == POISON_NAN and out.is_floating_point() \
+                and isinstance(exp, torch.Tensor) and exp.shape == out.shape:
+            # NaN in, NaN out: an op that reads memory it never wrote spreads the poison.
+            spread = out.isnan() & ~exp.to(out.device).isnan()
+            hit = max(hit, int(spread.sum().item()))
+    return hit, total
+
+
+def _failed_check(result: Run, expected: Any) -> str:
+    hit, _ = _poisoned(result, expected)
+    return "output-poison" if hit else "correctness"
+
+
+def _poison_text(result: Run, expected: Any) -> str:
+    hit, total = _poisoned(result, expected)
+    pattern = POISON_NAMES.get(result.poison or 0, "poison")
+    return (f"{hit} of {total} output elements hold or derive from the poison "
+            f"({pattern}) the allocator was filled with: the op did not write them, "
+            f"or read memory it did not write")
+
+
+@dataclass
+class Context:
+    overrides: Mapping[str, Tolerance]
+    block: int | None
+    in_place: bool = False
+    probes: bool = True  # poisoning, mutation and constant-output checks
+    first_outputs: dict[str, list[tuple[Any, Any, str]]] = field(default_factory=dict)
+
+
+def check_candidate(
+    fn: Op, original: Op | None, ref: Op | None, inputs: InputSet, ctx: Context
+) -> list[Record]:
+    """candidate -> reference, original -> candidate on one input set."""
+    if not ctx.probes:
+        return _plain_check(fn, original, ref, inputs, ctx)
+    first = run(fn, inputs, POISON_NAN)
+    expected: list[tuple[str, Any]] = []
+    original_mutates = False
+    if ref is not None:
+        expected.append(("reference", reference_output(ref, inputs)[0]))
+    if original is not None:
+        base = run(original, inputs, None)
+        original_mutates = bool(base.mutated)
+        if base.error is None:
+            expected.append(("original", base.out))
+    second = run(fn, inputs, POISON_FINITE)
+    records = _mutation_records(inputs, (first, second), ctx.in_place or original_mutates)
+    for against, want in expected:
+        rec = judge(first, want, inputs, against, ctx)
+        records.append(rec if not rec["passed"] else judge(second, want, inputs, against, ctx))
+    if first.error is None and expected:
+        ctx.first_outputs.setdefault(inputs.group or inputs.label, []).append(
+            (first.out, expected[0][1], inputs.label))
+    return records
+
+
+def _plain_check(
+    fn: Op, original: Op | None, ref: Op | None, inputs: InputSet, ctx: Context
+) -> list[Record]:
+    """One plain call against each expectation: verification without the probes."""
+    got = run(fn, inputs, None)
+    records = []
+    if ref is not None:
+        records.append(judge(got, reference_output(ref, inputs)[0], inputs, "reference", ctx))
+    if original is not None:
+        records.append(judge(got, run(original, inputs, None).out, inputs, "original", ctx))
+    return records
+
+
+def _mutation_records(inputs: InputSet, runs: Sequence[Run], allowed: bool) -> list[Record]:
+    changed = sorted({i for r in runs for i in r.mutated})
+    if allowed or not changed:
+        return []
+    which = ", ".join(f"#{i}" for i in changed)
+    return [record(inputs, "inputs", False, "input-mutation",
+                   error=f"the call changed input tensor {which}, and the op is not "
+                         "declared in-place (a result could be smuggled through it)")]
+
+
+def constant_records(ctx: Context) -> list[Record]:
+    """Different inputs with different reference results must give different outputs."""
+    out = []
+    for group, seen in ctx.first_outputs.items():
+        if len(seen) < 2:
+            continue
+        (got_a, want_a, label_a), (got_b, want_b, label_b) = seen[0], seen[1]
+        if not _same(want_a, want_b) and _same(got_a, got_b):
+            inputs = InputSet(f"{label_a} and {label_b}", [], {}, group)
+            out.append(record(inputs, "reference", False, "constant-output",
+                              error="two different inputs gave the same output bit for bit, "
+                                    "while the reference's outputs differ: a constant or "
+                                    "cached result"))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    ta, tb = tensors(a), tensors(b)
+    if len(ta) != len(tb):
+        return False
+    for x, y in zip(ta, tb, strict=True):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            if x != y:
+                return False
+        elif x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
+            return False
+    return True
 
 
 def verify(
@@ -112,17 +287,37 @@ def verify(
     original: Op | None,
     reference: Callable[[InputSet], Op | None],
     input_sets: Sequence[InputSet],
-    overrides: Mapping[str, Tolerance],
-    block: int | None,
-) -> list[dict[str, Any]]:
-    """Compare `fn` with the reference (where callable) and with the original on each input."""
-    records = []
+    ctx: Context,
+) -> list[Record]:
+    """The op against the reference (where callable) and the original on each input."""
+    records: list[Record] = []
     for inputs in input_sets:
         ref = reference(inputs)
-        if ref is not None:
-            expected, _ = reference_output(ref, inputs)
-            records.append(check(fn, "reference", expected, inputs, overrides, block))
-        if original is not None:
-            expected = call(original, inputs)
-            records.append(check(fn, "original", expected, inputs, overrides, block))
+        if original is None:  # the baseline: the original against its reference
+            if ref is not None:
+                want = reference_output(ref, inputs)[0]
+                byte = POISON_NAN if ctx.probes else None
+                records.append(judge(run(fn, inputs, byte), want, inputs, "reference", ctx))
+            continue
+        records += check_candidate(fn, original, ref, inputs, ctx)
+    if original is not None and ctx.probes:
+        records += constant_records(ctx)
     return records
+
+
+def repeat_records(
+    fn: Op, original: Op, make_inputs: Callable[[int], InputSet], calls: int, ctx: Context
+) -> list[Record]:
+    """Call the candidate `calls` times on fresh inputs; every call must stay correct."""
+    for k in range(calls):
+        inputs = make_inputs(k)
+        got = run(fn, inputs, None)
+        want = run(original, inputs, None)
+        if want.error is not None:
+            continue
+        rec = judge(got, want.out, inputs, "original", ctx)
+        if not rec["passed"]:
+            rec["check"] = "repeat-calls"
+            rec["input"] = f"call {k + 1} of {calls} on fresh inputs, {inputs.label}"
+            return [rec]
+    return []

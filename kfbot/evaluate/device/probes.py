@@ -1,0 +1,162 @@
+"""Runtime anti-cheating probes inside the worker.
+
+* Poison: before a call, the allocator cache is emptied and refilled with a byte
+  pattern, so any output element the op does not write (or memory it reuses from an
+  earlier call or the reference) holds the pattern and cannot pass for a result.
+* Inputs: snapshots before a call, compared bit for bit afterwards.
+* Kernels: the kernels one call launches and the streams they run on (torch profiler).
+* Wall clock: host time around a device-wide synchronize, the second timer.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+Op = Callable[..., Any]
+
+POISON_NAN = 0xFF  # every float format reads 0xFF.. as NaN; integers read -1
+POISON_FINITE = 0x7E  # float32 0x7E7E7E7E is about 8.4e37: finite, and far from any result
+POISON_NAMES = {POISON_NAN: "NaN (0xFF bytes)", POISON_FINITE: "the 0x7E byte pattern"}
+_SMALL_BLOCK = 1 << 20  # the caching allocator serves requests up to 1 MiB from 2 MiB segments
+_MIN_LARGE = 64 << 20
+
+
+def poison(byte: int, nbytes: int) -> None:
+    """Leave every block the allocator could hand out filled with `byte`.
+
+    Emptying the cache releases whole free segments; the free blocks left inside
+    segments still in use (where the reference's or the original's freed outputs
+    sit) are each taken and filled; then fresh large and small blocks are added, so
+    the op's next allocations find nothing but the pattern. Whatever the op leaves
+    unwritten, or reads without writing, then shows the pattern.
+    """
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    held = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in _free_blocks()]
+    held.append(torch.empty(max(_MIN_LARGE, 2 * nbytes), dtype=torch.uint8, device="cuda"))
+    held += [torch.empty(_SMALL_BLOCK, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    for block in held:
+        block.fill_(byte)
+    torch.cuda.synchronize()
+    del held  # back to the cache, contents kept
+
+
+def _free_blocks() -> list[int]:
+    """Sizes of the cached blocks not in use. Asking for exactly a free block's size
+    gets that block back: the allocator takes the smallest free block that fits."""
+    sizes = []
+    for segment in torch.cuda.memory_snapshot():
+        sizes += [b["size"] for b in segment["blocks"] if b["state"] == "inactive"]
+    return sorted(sizes, reverse=True)
+
+
+def poisoned_elements(t: torch.Tensor, byte: int) -> int:
+    """Elements of `t` whose every byte is `byte`: never written since the poisoning."""
+    if t.numel() == 0 or t.is_sparse:
+        return 0
+    raw = t.detach().contiguous().view(torch.uint8).reshape(t.numel(), t.element_size())
+    return int((raw == byte).all(dim=1).sum().item())
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_in(v)]
+    return []
+
+
+def snapshot(values: Iterable[Any]) -> list[torch.Tensor]:
+    return [t.detach().clone() for v in values for t in tensors_in(v)]
+
+
+def mutated(before: Sequence[torch.Tensor], values: Iterable[Any]) -> list[int]:
+    """Positions (in tensor order) of inputs that changed, bit for bit."""
+    after = [t for v in values for t in tensors_in(v)]
+    return [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if not _same_bits(a, b)]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+
+
+# --- kernels launched ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str  # demangled kernel name as the profiler reports it
+    stream: int  # the profiler's stream id
+
+
+_BENIGN = re.compile(r"FillFunctor|fill_kernel|memset|zero_", re.IGNORECASE)
+
+
+def launches(fn: Op, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Launch]:
+    """The kernels one call of `fn` launches, in order, with their streams."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args, **kwargs)
+        torch.cuda.synchronize()
+    found = []
+    for event in prof.profiler.kineto_results.events() if prof.profiler else []:
+        if event.device_type().name == "CUDA" and _is_kernel(event.name()):
+            found.append(Launch(event.name(), int(event.device_resource_id())))
+    return found
+
+
+def _is_kernel(name: str) -> bool:
+    return not name.startswith(("Memcpy", "Memset", "cuda"))
+
+
+def kernel_identifier(name: str) -> str:
+    """`void ns::softmax_kernel<128>(float const*, ...)` -> `softmax_kernel`."""
+    head = name.split("(", 1)[0]
+    head = re.sub(r"<.*", "", head).strip()
+    head = head.rsplit(" ", 1)[-1]
+    return head.rsplit("::", 1)[-1]
+
+
+def is_benign(name: str) -> bool:
+    """Fills and memsets: an op may zero its output with a library fill."""
+    return bool(_BENIGN.search(name))
+
+
+# --- the second timer ------------------------------------------------------------------
+
+
+def wall_clock_us(
+    fns: Sequence[Op], args: Sequence[Any], kwargs: dict[str, Any], flush: Callable[[], None],
+    calls: int = 30,
+) -> list[float]:
+    """The fastest host time (µs) of a call ended by a device-wide synchronize, per op.
+
+    The ops alternate, so a busy host (builds run beside the worker) slows both alike,
+    and the minimum is kept: whatever else the host does can only add time, while GPU
+    work the CUDA events missed is in every sample. The L2 is flushed (and the flush
+    waited for) before each call, as it is for the CUDA-event timing.
+    """
+    best = [float("inf")] * len(fns)
+    for _ in range(calls):
+        for i, fn in enumerate(fns):
+            flush()
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            fn(*args, **kwargs)
+            torch.cuda.synchronize()
+            best[i] = min(best[i], (time.perf_counter() - started) * 1e6)
+    return best

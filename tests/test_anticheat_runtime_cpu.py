@@ -1,0 +1,105 @@
+"""The parts of the runtime anti-cheating layer that need no GPU: the probes' tensor
+logic, the physics floor, and how failed checks become findings and verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from kfbot.anticheat.physics import MAX_SPEEDUP, physics_findings
+from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
+from kfbot.evaluate.stats import compare_times
+
+torch = pytest.importorskip("torch")
+
+
+def test_poisoned_elements_counts_only_untouched_elements() -> None:
+    from kfbot.evaluate.device.probes import POISON_FINITE, POISON_NAN, poisoned_elements
+
+    buf = torch.empty(10, dtype=torch.float32)
+    buf.view(torch.uint8).fill_(POISON_NAN)
+    assert poisoned_elements(buf, POISON_NAN) == 10
+    assert bool(buf.isnan().all())  # 0xFF bytes read as NaN
+    buf[:7] = 1.0
+    assert poisoned_elements(buf, POISON_NAN) == 3
+    assert poisoned_elements(buf, POISON_FINITE) == 0
+    finite = torch.empty(4, dtype=torch.float32)
+    finite.view(torch.uint8).fill_(POISON_FINITE)
+    assert bool(finite.isfinite().all()) and float(finite[0]) > 1e37
+    assert poisoned_elements(torch.empty(0), POISON_NAN) == 0
+
+
+def test_mutated_compares_inputs_bit_for_bit() -> None:
+    from kfbot.evaluate.device.probes import mutated, snapshot
+
+    x, y = torch.randn(8), torch.randn(3, 3)
+    args = [x, 2.0, {"w": y}]
+    before = snapshot(args)
+    assert mutated(before, args) == []
+    y[1, 1] = -0.0 if float(y[1, 1]) == 0.0 else 0.0  # one element, even a sign bit
+    assert mutated(before, args) == [1]
+    x.zero_()
+    assert mutated(before, args) == [0, 1]
+
+
+def test_kernel_names_from_profiler_names() -> None:
+    from kfbot.evaluate.device.probes import is_benign, kernel_identifier
+
+    assert kernel_identifier("gelu_kernel(float const*, float*, long)") == "gelu_kernel"
+    assert kernel_identifier("void ns::softmax<128, float>(float const*, float*)") == "softmax"
+    assert kernel_identifier(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl"
+        "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#1}>(int, float*)"
+    ) == "vectorized_elementwise_kernel"
+    assert is_benign("void at::native::vectorized_elementwise_kernel<4, "
+                     "at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, ...)")
+    assert not is_benign("void at::native::vectorized_elementwise_kernel<4, GeluFunctor>(...)")
+
+
+def _timing(original_us: float, candidate_us: float, nbytes: int = 0) -> ShapeTiming:
+    import random
+
+    rng = random.Random(0)
+    speed = compare_times([original_us * (1 + 0.001 * i) for i in range(20)],
+                          [candidate_us * (1 + 0.001 * i) for i in range(20)], rng)
+    seconds = speed.candidate.median / 1e6
+    return ShapeTiming("(1024,) float32", speed, nbytes, nbytes / seconds if nbytes else None)
+
+
+def test_physics_floor_flags_speedups_over_ten_times() -> None:
+    assert physics_findings([_timing(100.0, 20.0)], None) == []
+    flags = physics_findings([_timing(100.0, 100.0 / (MAX_SPEEDUP + 1))], None)
+    assert [f.check for f in flags] == ["physics-floor"]
+    assert flags[0].severity == "warn" and "review" in flags[0].reason
+
+
+def test_physics_floor_flags_bandwidth_above_the_measured_peak() -> None:
+    peaks = {"bandwidth_bytes_per_s": 3.0e12, "fp32_flop_per_s": 5.0e13}
+    honest = _timing(20.0, 10.0, nbytes=27_000_000)  # 2.7 TB/s: below the peak
+    assert physics_findings([honest], peaks) == []
+    impossible = _timing(20.0, 10.0, nbytes=40_000_000)  # 4 TB/s on a 3 TB/s device
+    flags = physics_findings([impossible], peaks)
+    assert len(flags) == 1 and "GB/s" in flags[0].reason
+
+
+def test_a_failed_runtime_check_is_a_strict_finding_with_its_evidence() -> None:
+    record = {"input": "(1024,) float32 seed#0", "against": "reference", "passed": False,
+              "check": "output-poison", "error": "5 of 1024 output elements hold the poison",
+              "run": "outputs poisoned with NaN (0xFF bytes)", "comparisons": []}
+    check = Check.from_json(record)
+    finding = check.finding()
+    assert (finding.check, finding.layer, finding.severity) == ("output-poison", "runtime",
+                                                                 "strict")
+    assert "5 of 1024" in finding.reason and "NaN" in finding.evidence
+    timed = Check.from_json({**record, "check": "timed-output"})
+    assert timed.finding().layer == "timing"
+    assert Check.from_json({"input": "x", "against": "original", "passed": True}).check == \
+        "correctness"
+
+
+def test_flagged_evaluations_are_never_publishable() -> None:
+    fast = _timing(100.0, 50.0)
+    ok = Evaluation("h", "done", True, "correct", timings=(fast,))
+    assert ok.verdict == "faster" and ok.publishable and not ok.needs_review
+    flagged = Evaluation("h", "done", True, "correct", timings=(fast,),
+                         findings=tuple(physics_findings([_timing(100.0, 5.0)], None)))
+    assert flagged.ok and flagged.needs_review and not flagged.publishable
