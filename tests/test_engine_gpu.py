@@ -95,10 +95,13 @@ def test_out_of_memory_is_recorded_and_survived(gelu: Engine) -> None:
 
 def test_boundary_bug_is_rejected_and_localised_to_the_tail(gelu: Engine) -> None:
     result = gelu.evaluate(gelu_candidate("tail_bug.cu"))
-    assert (result.ok, result.stage) == (False, "correctness")
+    # The unwritten tail still holds the poison the allocator was filled with.
+    assert (result.ok, result.stage) == (False, "anticheat")
+    assert result.reason.startswith("[output-poison]")
     failing = [c for c in result.checks if not c.passed]
     where = [(c.input, c.against, c.where, c.description) for c in failing]
     assert failing and all(c.where == "tail_block" for c in failing), where
+    assert {c.check for c in failing} == {"output-poison"}
     assert "bounds" in failing[0].description
 
 

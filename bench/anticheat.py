@@ -1,0 +1,117 @@
+"""How well does kfbot catch cheats, and what do the checks cost honest candidates?
+
+Runs the corpus in `fixtures/cheats/` on the GPU with the real engine and prints:
+
+* every entry with its expected and actual verdict and the checks that named it;
+* the catch rate (cheats rejected by the check they target) and the false-rejection
+  rate (honest candidates rejected), with every layer on;
+* the same for the runtime layer alone (static rules off) on the cheats it targets;
+* the cost of the runtime checks: the evaluation time of the honest candidates with
+  the runtime probes on and off (builds cached, so only GPU-side work is compared).
+
+    .venv/bin/python bench/anticheat.py [--skip-runtime] [--skip-overhead]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from kfbot.anticheat.corpus import Entry, Outcome, load_corpus, named_checks, run_corpus
+from kfbot.evaluate.engine import EngineSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+TIMING = {"max_trials": 40, "min_trials": 10, "max_seconds": 5.0}
+OVERHEAD_TARGET = 0.20
+
+
+def settings(cache: Path, static: bool = True, runtime: bool = True) -> EngineSettings:
+    return EngineSettings(cache_dir=cache, timing=TIMING, job_timeout_s=120,
+                          static_checks=static, runtime_checks=runtime)
+
+
+def show(console: Console, title: str, outcomes: list[Outcome]) -> None:
+    table = Table(title=title)
+    for col in ("entry", "expected", "got", "named by", "right?", "eval s"):
+        table.add_column(col)
+    for o in sorted(outcomes, key=lambda o: o.entry.name):
+        ev = o.evaluation
+        expected = f"rejected by {o.expected_check}" if o.entry.cheat else "accepted"
+        got = "accepted" if ev.ok else f"rejected at {ev.stage}"
+        if ev.needs_review:
+            got += " (flagged for review)"
+        table.add_row(o.entry.name, expected, got, ", ".join(sorted(named_checks(ev))) or "-",
+                      "yes" if o.correct else "NO", f"{ev.eval_seconds:.1f}")
+    console.print(table)
+    cheats = [o for o in outcomes if o.entry.cheat]
+    honest = [o for o in outcomes if not o.entry.cheat]
+    caught = sum(o.correct for o in cheats)
+    rejected_any = sum(not o.evaluation.ok for o in cheats)
+    false = sum(not o.evaluation.ok for o in honest)
+    console.print(f"{title}: catch rate {caught}/{len(cheats)} = "
+                  f"{caught / max(1, len(cheats)):.0%} by the targeted check "
+                  f"({rejected_any}/{len(cheats)} rejected at all); false rejections "
+                  f"{false}/{len(honest)} = {false / max(1, len(honest)):.0%}", highlight=False)
+
+
+def overhead(console: Console, cache: Path, honest: list[Entry]) -> None:
+    """Evaluation seconds per honest candidate, probes on vs off, interleaved twice."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for runtime in (True, False, True, False):
+        started = time.monotonic()
+        outcomes = run_corpus(FIXTURES, honest, settings(cache, runtime=runtime))
+        wall = time.monotonic() - started
+        times[runtime].append(sum(o.evaluation.eval_seconds for o in outcomes))
+        console.print(f"  runtime checks {'on ' if runtime else 'off'}: "
+                      f"{times[runtime][-1]:.1f} s of evaluation over {len(honest)} candidates "
+                      f"({wall:.1f} s wall incl. worker start and baselines)", highlight=False)
+    on, off = statistics.fmean(times[True][1:] or times[True]), statistics.fmean(times[False])
+    extra = on / off - 1
+    verdict = "PASS" if extra <= OVERHEAD_TARGET else "FAIL"
+    console.print(f"runtime checks cost {extra:+.0%} evaluation time on honest candidates "
+                  f"({on / len(honest):.2f} s vs {off / len(honest):.2f} s each; target "
+                  f"<= +{OVERHEAD_TARGET:.0%}): {verdict}", highlight=False)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip-runtime", action="store_true")
+    parser.add_argument("--skip-overhead", action="store_true")
+    args = parser.parse_args(argv)
+    console = Console(width=160)
+    entries = load_corpus(FIXTURES / "cheats")
+    with tempfile.TemporaryDirectory(prefix="kfbot-anticheat-") as tmp:
+        cache = Path(os.environ.get("KFBOT_CACHE") or tmp)  # a kept cache skips captures
+        full = run_corpus(FIXTURES, entries, settings(cache), on_result=_progress(console))
+        show(console, "every layer", full)
+        if not args.skip_runtime:
+            runtime = [e for e in entries if e.runtime_check]
+            alone = run_corpus(FIXTURES, runtime, settings(cache, static=False),
+                               on_result=_progress(console))
+            show(console, "runtime layer alone", alone)
+        if not args.skip_overhead:
+            overhead(console, cache, [e for e in entries if not e.cheat])
+    return 0 if all(o.correct for o in full) else 1
+
+
+def _progress(console: Console) -> Callable[[Outcome], None]:
+    def report(o: Outcome) -> None:
+        mark = "ok " if o.correct else "BAD"
+        console.print(f"  {mark} {o.entry.name}: {o.evaluation.stage} "
+                      f"{o.evaluation.reason[:110]}", highlight=False, markup=False)
+
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,50 @@
+"""The static layer on the whole cheat corpus, on CPU: cheats that target a static
+rule are rejected by it before anything is built, honest candidates pass, and the
+cheats meant for the runtime layer are not caught statically (so the GPU test really
+exercises the runtime checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kfbot.anticheat.corpus import Entry, load_corpus
+from kfbot.anticheat.rules import load_rules
+from kfbot.config import load_config
+from kfbot.evaluate.engine import Engine, EngineSettings
+from kfbot.evaluate.task import make_task
+from kfbot.scan.scanner import scan
+from kfbot.scan.select import select_kernel
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ENTRIES = load_corpus(FIXTURES / "cheats")
+STATIC_IDS = {r.id for r in load_rules()}
+
+
+def _findings(entry: Entry, tmp_path: Path) -> list[tuple[str, str]]:
+    root = FIXTURES / entry.fixture
+    config = load_config(None, root)
+    task = make_task(select_kernel(scan(root, config).kernels, entry.kernel), root, config)
+    engine = Engine(task, EngineSettings(cache_dir=tmp_path))
+    return [(f.check, f.severity) for f in engine.static_check(entry.candidate())]
+
+
+def test_the_corpus_is_big_enough_and_covers_every_static_rule() -> None:
+    cheats = [e for e in ENTRIES if e.cheat]
+    assert len(cheats) >= 16 and len(ENTRIES) - len(cheats) >= 8
+    targeted = {e.check for e in cheats}
+    strict_rules = {r.id for r in load_rules() if r.severity == "strict"}
+    assert strict_rules - targeted == set(), "every strict rule has a cheat that trips it"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_static_layer_on_the_corpus(entry: Entry, tmp_path: Path) -> None:
+    found = _findings(entry, tmp_path)
+    strict = {check for check, severity in found if severity == "strict"}
+    if not entry.cheat:
+        assert strict == set(), found
+    elif entry.check in STATIC_IDS:
+        assert entry.check in strict, found
+    else:
+        assert strict == set(), f"meant for the runtime layer, but caught statically: {found}"
