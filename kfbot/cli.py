@@ -3,29 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from kfbot import __version__
-from kfbot.commands import bench, scan, verify
 from kfbot.errors import EXIT_USAGE, KfbotError
 
-COMMANDS = (scan, verify, bench)
+# Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
+# need not import the evaluation engine that `verify` and `bench` are built on.
+COMMANDS = ("scan", "verify", "bench")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line parser; with `only`, of that one subcommand (it parses alike)."""
     parser = argparse.ArgumentParser(
         prog="kfbot", description="Make the CUDA kernels in a repository faster, and prove it.")
     parser.add_argument("--version", action="version", version=f"kfbot {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        command.add_parser(sub)
+    for name in COMMANDS if only is None else (only,):
+        importlib.import_module(f"kfbot.commands.{name}").add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    # Only a command named first is parsed alone: `kfbot --help` lists them all.
+    command = args_in[0] if args_in and args_in[0] in COMMANDS else None
+    parser = build_parser(command)
+    args = parser.parse_args(args_in)
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,11 @@ import jsonschema
 import pytest
 
 from kfbot.cli import main
+from kfbot.config import Config
+from kfbot.scan import render
+from kfbot.scan.forked import Forked
+from kfbot.scan.json_text import JsonText, dumps_indented
+from kfbot.scan.scanner import scan
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -128,9 +135,74 @@ def test_scan_never_imports_torch() -> None:
     assert result.stderr.endswith("NOTORCH")
 
 
+def test_scan_imports_neither_the_evaluation_engine_nor_rich_for_json() -> None:
+    """Start-up is part of every scan: what a JSON scan does not use is not imported."""
+    code = ("import sys; from kfbot.cli import main; "
+            f"main(['scan', {str(FIXTURES / 'example')!r}, '--json']); "
+            "sys.stderr.write(repr(sorted(m for m in sys.modules "
+            "if m.startswith(('kfbot.evaluate', 'rich')))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stderr.endswith("[]")
+
+
 def test_console_script_runs(tmp_path: Path) -> None:
     repo = _repo(tmp_path, **{"a.cu": KERNEL.format(name="k")})
     result = subprocess.run([sys.executable, "-m", "kfbot", "scan", str(repo), "--json"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["kernels"][0]["id"] == "a.cu::k"
+
+
+TRICKY = {
+    "text": ["plain", "é ünïcode ☃", "quote \" and \\ back", "line\nbreak\ttab\x00nul", ""],
+    "numbers": [0, -1, 10**20, 1.5, 1e-7, float("inf"), float("-inf"), float("nan")],
+    "scalars": [True, False, None],
+    "empty": [[], {}, (), [[]], [{}], {"a": []}],
+    "nested": {"a": {"b": [1, [2, [3, {"c": ("d", "e")}]]]}, "": {"k": "v"}},
+    "records": [{"name": "x", "line": 3, "values": ["1", "2"]}, {"name": "y", "values": []}],
+    "keys": {7: "int", 2.5: "float", True: "bool", None: "none"},
+}
+
+
+@pytest.mark.parametrize("indent", [1, 2, 4])
+@pytest.mark.parametrize("value", [TRICKY, *TRICKY.values(), [], {}, "s", 7, None, [TRICKY]])
+def test_indented_json_is_what_json_dumps_writes(value: object, indent: int) -> None:
+    assert dumps_indented(value, indent=indent) == json.dumps(value, indent=indent)
+
+
+def test_indented_json_for_a_deeper_place_and_inserted_text() -> None:
+    inner = dumps_indented(TRICKY, depth=2)
+    outer = dumps_indented({"list": [JsonText(inner)], "after": 1})
+    assert outer == json.dumps({"list": [TRICKY], "after": 1}, indent=1)
+
+
+@pytest.mark.parametrize("fork_from", [1, 2, 10**9])
+def test_json_report_is_the_same_written_by_one_process_or_two(
+        fork_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = scan(FIXTURES / "tunables_matmul", Config())
+    assert len(report.kernels) >= 2
+    monkeypatch.setattr(render, "FORK_KERNELS", fork_from)
+    assert render.json_text(report) == json.dumps(render.to_json(report), indent=1)
+    empty = dataclasses.replace(report, kernels=())
+    assert render.json_text(empty) == json.dumps(render.to_json(empty), indent=1)
+
+
+def test_forked_work_falls_back_to_this_process_when_the_child_fails() -> None:
+    parent = os.getpid()
+
+    def work() -> str:
+        if os.getpid() != parent:
+            raise RuntimeError("fails in the child only")
+        return "done here"
+
+    with Forked(work) as child:
+        assert child.result() == "done here"
+
+
+def test_forked_child_is_stopped_when_its_result_is_not_asked_for() -> None:
+    with Forked(lambda: "x" * 10**7) as child:  # more than a pipe holds: it blocks
+        pid = child._pid
+    assert pid is not None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped

@@ -53,7 +53,6 @@ def test_chevron_and_launch_api_sites() -> None:
 def test_includes_and_host_calls() -> None:
     facts = extract_cuda_facts("src/t.cu", TEMPLATED)
     assert facts.includes == ("common.cuh",)
-    assert facts.host_functions == ("launch",)
     # kernel launches are launch sites, not host calls
     assert {c.callee for c in facts.host_calls} == {"cudaLaunchKernel", "dim3"}
 
@@ -154,8 +153,10 @@ def test_syntax_errors_keep_the_valid_parts() -> None:
     assert "syntax errors" in problem.message
 
 
-def test_device_functions_are_not_host_functions() -> None:
-    src = b"__device__ float sq(float v) { return v * v; }\n" \
-          b"__host__ __device__ float both(float v) { return v; }\nvoid host() { both(1.0f); }\n"
+def test_calls_from_device_functions_are_not_host_calls() -> None:
+    src = b"__device__ float sq(float v) { return both(v) * v; }\n" \
+          b"__host__ __device__ float both(float v) { return fabsf(v); }\n" \
+          b"void host() { both(1.0f); }\n"
     facts = extract_cuda_facts("d.cu", src)
-    assert facts.host_functions == ("both", "host")
+    assert [(c.caller, c.callee) for c in facts.host_calls] == [
+        ("both", "fabsf"), ("host", "both")]

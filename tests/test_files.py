@@ -58,3 +58,23 @@ def test_include_and_exclude_globs(tmp_path: Path) -> None:
     config = ScanConfig(include=("csrc/**", "tests/**", "third_party/**"),
                         exclude=("third_party/**",))
     assert [f.rel for f in collect(tmp_path, config).files] == ["csrc/a.cu", "tests/test_a.py"]
+
+
+def test_a_file_reached_through_links_is_listed_once(tmp_path: Path) -> None:
+    _touch(tmp_path, "real/src/k.cu")
+    _touch(tmp_path, "real/src/h.cuh")
+    os.symlink("src", tmp_path / "real" / "alias")  # a linked folder
+    os.symlink("src/k.cu", tmp_path / "real" / "z.cu")  # a linked file
+    os.symlink("real", tmp_path / "root")  # the root itself reached through a link
+    inv = collect(tmp_path / "root", ScanConfig())
+    # The walk is sorted: what the links reach first is listed, its other names are not.
+    assert [f.rel for f in inv.files] == ["alias/h.cuh", "alias/k.cu"]
+    assert inv.problems == ()
+
+
+def test_each_file_is_handed_on_as_it_is_found(tmp_path: Path) -> None:
+    for rel in ("b/k.cu", "a/h.cuh", "t.py", "notes.md"):
+        _touch(tmp_path, rel)
+    found: list[str] = []
+    inv = collect(tmp_path, ScanConfig(), on_file=lambda f: found.append(f.rel))
+    assert found == [f.rel for f in inv.files] == ["a/h.cuh", "b/k.cu", "t.py"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,3 +232,49 @@ def test_kernel_without_reference_is_reported_as_such(tmp_path: Path) -> None:
                                     "    assert ext.softmax is not None\n"
     (k,) = scan(_repo(tmp_path, repo), Config()).kernels
     assert k.references == ()
+
+
+def _many_files(count: int) -> dict[str, str]:
+    """`count` extensions: a kernel, its launcher and binding, and a test of the op."""
+    files = {}
+    for i in range(count):
+        files[f"pkg{i % 7}/csrc/op{i}.cu"] = f"""\
+#define BLOCK_{i} {32 * (1 + i % 4)}
+__global__ void op{i}_kernel(float* x, int n) {{ if (threadIdx.x < n) x[threadIdx.x] = 0; }}
+void op{i}_cuda(float* x, int n) {{ op{i}_kernel<<<1, BLOCK_{i}>>>(x, n); }}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("op{i}", &op{i}_cuda); }}
+"""
+        files[f"pkg{i % 7}/tests/test_op{i}.py"] = f"""\
+import torch
+from torch.utils.cpp_extension import load
+ext = load(name="ext{i}", sources=["pkg{i % 7}/csrc/op{i}.cu"])
+def test_op{i}():
+    x = torch.randn({i + 1}, 8, device="cuda")
+    torch.testing.assert_close(ext.op{i}(x), torch.zeros_like(x))
+"""
+    return files
+
+
+def test_a_pool_of_workers_reports_what_one_process_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kfbot.scan import scanner
+
+    pools: list[int] = []
+    start_pool = scanner._start_pool
+
+    def counted(jobs: int) -> Any:
+        pools.append(jobs)
+        return start_pool(jobs)
+
+    monkeypatch.setattr(scanner, "_start_pool", counted)
+    count = scanner.PARALLEL_THRESHOLD  # twice as many files: a pool is started
+    root = _repo(tmp_path, _many_files(count))
+    seen: list[tuple[int, int]] = []
+    pooled = scan(root, Config(), jobs=2, progress=lambda done, total: seen.append((done, total)))
+    assert pools == [2]
+    assert pooled == scan(root, Config(), jobs=1)
+    assert pools == [2]  # none for one job
+    assert pooled.files_scanned == 2 * count and len(pooled.kernels) == count
+    assert all(k.bindings and k.references for k in pooled.kernels)
+    assert seen[-1] == (2 * count, 2 * count)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)

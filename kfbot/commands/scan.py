@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import Progress
-
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.scan.model import ScanReport
-from kfbot.scan.render import print_table, to_json, to_markdown
-from kfbot.scan.scanner import scan
+from kfbot.scan.render import json_text, print_table, to_markdown
+from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
+
+# rich is imported only where a table or a progress bar is drawn: a scan piped to a
+# file or another program draws neither, and need not pay for importing it.
 
 PROGRESS_MIN_FILES = 500
 
@@ -39,11 +38,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     root = Path(args.path)
     config = load_config(args.config, root)
-    report = _scan_with_progress(root, config, args.jobs)
-    if args.kernel:
-        chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
-        report = dataclasses.replace(report, kernels=tuple(chosen))
-    _emit(report, args.format or "table")
+    # The report is a million small objects that live until the command ends: the
+    # cyclic collector would only walk them again and again while it is written.
+    with paused_gc():
+        report = _scan_with_progress(root, config, args.jobs)
+        if args.kernel:
+            chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
+            report = dataclasses.replace(report, kernels=tuple(chosen))
+        _emit(report, args.format or "table")
     if not report.kernels:
         print(f"kfbot: no CUDA kernels found under {report.root} "
               f"({report.files_scanned} source files scanned)", file=sys.stderr)
@@ -54,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
 def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanReport:
     if not sys.stderr.isatty():
         return scan(root, config, jobs=jobs)
+    from rich.console import Console
+    from rich.progress import Progress
+
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("scanning", total=None)
 
@@ -67,10 +72,12 @@ def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanRep
 def _emit(report: ScanReport, fmt: str) -> None:
     if fmt == "json":
         # One string, one write: json.dump with indent writes in thousands of small pieces.
-        sys.stdout.write(json.dumps(to_json(report), indent=1) + "\n")
+        sys.stdout.write(json_text(report) + "\n")
     elif fmt == "markdown":
         sys.stdout.write(to_markdown(report))
     else:
+        from rich.console import Console
+
         # A pipe or a file gets a wide table rather than rich's 80-column default.
         wide = sys.stdout.isatty() or "COLUMNS" in os.environ
         print_table(report, Console(width=None if wide else 200))

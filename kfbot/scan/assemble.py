@@ -28,6 +28,7 @@ from kfbot.scan.model import (
 def assemble(linker: Linker) -> list[Kernel]:
     launches = _launches_by_kernel(linker)
     bindings = _all_bindings(linker)
+    bound = _BindingIndex(bindings)
     facts_by_file: dict[str, list[CudaFileFacts]] = defaultdict(list)
     for f in linker.cuda:
         facts_by_file[f.file].append(f)
@@ -38,7 +39,7 @@ def assemble(linker: Linker) -> list[Kernel]:
         kernels.append(Kernel(
             definition=kdef,
             launch_sites=sites,
-            bindings=tuple(_bindings_for(linker, kdef, sites, bindings)),
+            bindings=tuple(_bindings_for(linker, sites, bound)),
             builds=tuple(builds),
             tunables=_tunables(linker, kdef, sites, builds, facts_by_file),
             editable_files=tuple(sorted({kdef.file, *(s.file for s in sites)})),
@@ -69,18 +70,38 @@ def _builds(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...]) -> l
     return list(seen.values())
 
 
-def _bindings_for(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...],
-                  bindings: list[Binding]) -> list[Binding]:
+class _BindingIndex:
+    """The bindings by the last part of the function they bind, in report order.
+
+    Each kernel asks for the few bindings of its launchers' callers; scanning every
+    binding for every kernel would be quadratic in the size of the repository.
+    """
+
+    def __init__(self, bindings: list[Binding]) -> None:
+        self.by_function: dict[str, list[tuple[int, Binding]]] = defaultdict(list)
+        for i, b in enumerate(bindings):
+            if b.cpp_function:
+                self.by_function[b.cpp_function.rsplit("::", 1)[-1]].append((i, b))
+        self.schemas = [b for b in bindings if b.cpp_function is None
+                        and b.kind == "torch_library"]
+
+    def of_functions(self, names: set[str]) -> list[Binding]:
+        found = [pair for n in names for pair in self.by_function.get(n, ())]
+        found.sort(key=lambda pair: pair[0])
+        return [b for _, b in found]
+
+
+def _bindings_for(linker: Linker, sites: tuple[LaunchSite, ...],
+                  index: _BindingIndex) -> list[Binding]:
     launchers = {s.host_function for s in sites if s.host_function}
     if not launchers:
         return []
     reach = linker.reaching_functions(launchers)
     launch_files = {s.file for s in sites}
-    bound = [b for b in bindings if b.cpp_function and b.cpp_function.rsplit("::", 1)[-1]
-             in reach and any(linker.related(b.file, f) for f in launch_files)]
+    bound = [b for b in index.of_functions(reach)
+             if any(linker.related(b.file, f) for f in launch_files)]
     ops = {(b.module, b.name) for b in bound}
-    schemas = [b for b in bindings if b.cpp_function is None and b.kind == "torch_library"
-               and (b.module, b.name) in ops]
+    schemas = [b for b in index.schemas if (b.module, b.name) in ops]
     return schemas + bound
 
 
@@ -130,7 +151,10 @@ def _launch_tunables(sites: tuple[LaunchSite, ...]) -> list[Tunable]:
 
 def _attach_references(linker: Linker, kernels: list[Kernel],
                        bindings: list[Binding]) -> list[Kernel]:
-    candidates = [(b, module_names(b, linker.builds_of(b.file))) for b in bindings]
+    # Grouped by op name: a reference only ever pairs with bindings of the name it calls.
+    candidates: dict[str, list[tuple[Binding, set[str]]]] = defaultdict(list)
+    for b in bindings:
+        candidates[b.name].append((b, module_names(b, linker.builds_of(b.file))))
     holders: dict[Binding, list[int]] = defaultdict(list)
     for i, k in enumerate(kernels):
         for b in k.bindings:
@@ -138,7 +162,7 @@ def _attach_references(linker: Linker, kernels: list[Kernel],
     refs: dict[int, dict[tuple[str, int, str], ReferenceTest]] = defaultdict(dict)
     for facts in linker.python:
         for ref in facts.references:
-            for binding, paired in match_reference(ref, candidates):
+            for binding, paired in match_reference(ref, candidates.get(ref.op_name, [])):
                 for i in holders.get(binding, ()):
                     refs[i].setdefault((paired.file, paired.line, paired.op), paired)
     return [replace(k, references=tuple(refs[i].values())) if i in refs else k

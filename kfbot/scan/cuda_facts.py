@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 
 from kfbot.scan import treesitter as tsx
@@ -40,8 +39,6 @@ CONST_Q = """(declaration declarator: (init_declarator declarator: (identifier) 
   value: (number_literal) @value)) @decl"""
 INCLUDE_Q = "(preproc_include path: (string_literal) @path)"
 USING_Q = '(using_declaration "namespace" (_) @ns)'
-BINDING_MACROS = frozenset(
-    {"PYBIND11_MODULE", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT"})
 BINDING_Q = """(function_definition declarator: (function_declarator declarator: (identifier) @macro
   parameters: (parameter_list) @params) body: (compound_statement) @body
   (#match? @macro "^(PYBIND11_MODULE|TORCH_LIBRARY|TORCH_LIBRARY_IMPL|TORCH_LIBRARY_FRAGMENT)$"))"""
@@ -49,19 +46,24 @@ MEMBER_CALL_Q = """(call_expression function: (field_expression argument: (ident
   field: (field_identifier) @method) arguments: (argument_list) @args) @call"""
 ASSIGN_Q = """[(init_declarator declarator: (_) @target value: (_) @value)
   (assignment_expression left: (identifier) @target right: (_) @value)]"""
-WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-CPP_KEYWORDS = frozenset(
-    b"if else for while do return int float double void const unsigned char bool auto "
-    b"struct class template typename static constexpr inline __global__ __device__ "
-    b"__host__ __shared__ __restrict__ sizeof break continue".split())
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPACE = re.compile(r"\s")  # the characters str.split() splits on
+CPP_KEYWORDS = frozenset({
+    "if", "else", "for", "while", "do", "return", "int", "float", "double", "void", "const",
+    "unsigned", "char", "bool", "auto", "struct", "class", "template", "typename", "static",
+    "constexpr", "inline", "__global__", "__device__", "__host__", "__shared__",
+    "__restrict__", "sizeof", "break", "continue"})
 
 SCOPE_Q = "[(namespace_definition) (class_specifier) (struct_specifier)] @s"
 TEMPLATE_Q = """(template_declaration parameters: (template_parameter_list) @params
   (function_definition) @fn)"""
 IFNDEF_Q = """(preproc_ifdef "#ifndef" name: (identifier) @guard
   (preproc_def name: (identifier) @name) @def)"""
+# Compiling a query costs tens of ms in every process (more than matching it on a file),
+# but a pattern added to a query costs a few: all patterns but ASSIGN_Q (seldom needed)
+# are one query, matched once per file; the matches inside one node are taken from it.
 FILE_PATTERNS = (KERNEL_Q, FUNCTION_Q, LAUNCH_Q, LAUNCH_API_Q, CALL_Q, DEFINE_Q, CONST_Q,
-                 INCLUDE_Q, USING_Q, BINDING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, ASSIGN_Q)
+                 INCLUDE_Q, USING_Q, BINDING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, MEMBER_CALL_Q)
 INT_TYPES = frozenset({
     "int", "unsigned", "unsigned int", "long", "long long", "short", "size_t", "int32_t",
     "int64_t", "uint32_t", "uint64_t", "index_t",
@@ -71,6 +73,12 @@ NUMBER = re.compile(r"^\(?\s*-?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\s*\)?$")
 CAST_FUNCTIONS = frozenset({"reinterpret_cast", "static_cast", "const_cast", "overload_cast",
                             "TORCH_FN"})
 _WRAPPERS = frozenset({"cast_expression", "parenthesized_expression", "pointer_expression"})
+_FILE_QUERY = "\n".join(FILE_PATTERNS)
+
+
+def compile_queries() -> None:
+    """Compile the query every file needs, e.g. once before forking workers."""
+    tsx.query(_FILE_QUERY)
 
 
 def extract_cuda_facts(rel_path: str, source: bytes, line_offset: int = 0) -> CudaFileFacts:
@@ -85,7 +93,6 @@ def extract_cuda_facts(rel_path: str, source: bytes, line_offset: int = 0) -> Cu
         bindings=tuple(_bindings(ctx, root)),
         tunables=tuple(_tunables(ctx, root)),
         includes=tuple(tsx.text(m["path"]).strip('"') for m in ctx.found(INCLUDE_Q)),
-        host_functions=tuple(_host_functions(ctx)),
         host_calls=tuple(_host_calls(ctx, root)),
         using_namespaces=tuple(_compact(tsx.text(m["ns"])) for m in ctx.found(USING_Q)),
         problems=tuple(_syntax_problems(ctx, tree)),
@@ -118,7 +125,8 @@ class _Ctx:
 
         self._uses: dict[int, tuple[str, ...]] = {}
         self._names: dict[int, str | None] = {}
-        self._assigned: dict[tuple[int, str], list[Node]] | None = None
+        self._device_only: dict[int, bool] = {}
+        self._assigned: dict[tuple[int, bytes], list[Node]] = {}
         self.root = root
 
     def line(self, node: Node) -> int:
@@ -126,6 +134,12 @@ class _Ctx:
 
     def found(self, pattern: str) -> list[dict[str, Node]]:
         return self._found[FILE_PATTERNS.index(pattern)]
+
+    def found_in(self, pattern: str, capture: str, node: Node) -> list[dict[str, Node]]:
+        """The matches of `pattern` whose `capture` lies inside `node`, in file order."""
+        start, end = node.start_byte, node.end_byte
+        return [m for m in self.found(pattern)
+                if start <= (c := m[capture]).start_byte and c.end_byte <= end]
 
     def uses(self, fn: Node) -> tuple[str, ...]:
         """Identifier-like words inside function `fn`.
@@ -136,21 +150,37 @@ class _Ctx:
         """
         found = self._uses.get(fn.start_byte)
         if found is None:
-            words = set(WORD.findall(self.source[fn.start_byte:fn.end_byte])) - CPP_KEYWORDS
-            found = tuple(sorted(w.decode() for w in words))
+            # Words are ASCII, so they are the same found in the text as in the bytes.
+            text = self.source[fn.start_byte:fn.end_byte].decode("utf-8", errors="replace")
+            found = tuple(sorted(set(WORD.findall(text)).difference(CPP_KEYWORDS)))
             self._uses[fn.start_byte] = found
         return found
 
-    def assigned(self, fn: Node, name: str) -> list[Node]:
-        """Values assigned to local `name` inside `fn` (one query for the whole file)."""
-        if self._assigned is None:
-            self._assigned = defaultdict(list)
-            for m in self.found(ASSIGN_Q):
-                target = _declarator_name(m["target"]) if "target" in m else None
-                owner = self.enclosing_function(m["value"])
-                if target is not None and owner is not None:
-                    self._assigned[(owner.start_byte, tsx.text(target))].append(m["value"])
-        return self._assigned.get((fn.start_byte, name), [])
+    def assigned(self, fn: Node, ident: Node) -> list[Node]:
+        """Values assigned inside `fn` to a local variable named like `ident`."""
+        name = ident.text or b""
+        key = (fn.start_byte, name)
+        found = self._assigned.get(key)
+        if found is None:
+            found = self._assigned[key] = self._find_assigned(fn, name)
+        return found
+
+    def _find_assigned(self, fn: Node, name: bytes) -> list[Node]:
+        # An assignment writes the name once more than the use being resolved. Most
+        # launches name a kernel, written once in the launching function, so the
+        # query below (a walk of the function) seldom runs.
+        if self.source.count(name, fn.start_byte, fn.end_byte) < 2:
+            return []
+        text = name.decode("utf-8", errors="replace")
+        found = []
+        for m in tsx.matches(ASSIGN_Q, fn):
+            target = _declarator_name(m["target"]) if "target" in m else None
+            if target is None or tsx.text(target) != text:
+                continue
+            owner = self.enclosing_function(m["value"])  # not a function nested in `fn`
+            if owner is not None and owner.start_byte == fn.start_byte:
+                found.append(m["value"])
+        return found
 
     def scope_of(self, node: Node) -> list[str]:
         """Enclosing namespaces and classes, outermost first (anonymous ones skipped)."""
@@ -167,6 +197,12 @@ class _Ctx:
                 return fn
             i -= 1
         return None
+
+    def device_only(self, fn: Node) -> bool:
+        found = self._device_only.get(fn.start_byte)
+        if found is None:
+            found = self._device_only[fn.start_byte] = _is_device_only(fn)
+        return found
 
     def function_name(self, fn: Node) -> str | None:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
@@ -196,6 +232,8 @@ def _expr(s: str) -> str:
 
 def _compact(s: str) -> str:
     """Drop whitespace inside a C++ name or type so equal names compare equal."""
+    if _SPACE.search(s) is None:  # most names: nothing to drop
+        return s
     return re.sub(r"\s+(?=[<>,:*&])|(?<=[<>,:*&(])\s+", "", " ".join(s.split()))
 
 
@@ -223,14 +261,23 @@ def _is_device_only(fn: Node) -> bool:
 def _split_template(node: Node) -> tuple[str, tuple[str, ...]]:
     """`ns::k<16, float>` -> ("ns::k", ("16", "float"))."""
     args_node = _last_template_args(node)
+    args = () if args_node is None else tuple(
+        _expr(tsx.text(a)) for a in args_node.named_children)
+    return _without_args(node, args_node), args
+
+
+def _template_name(node: Node) -> str:
+    """`ns::k<16, float>` -> "ns::k"."""
+    return _without_args(node, _last_template_args(node))
+
+
+def _without_args(node: Node, args_node: Node | None) -> str:
     if args_node is None:
-        return _compact(tsx.text(node)), ()
+        return _compact(tsx.text(node))
     full = tsx.text(node)
     start = args_node.start_byte - node.start_byte
     end = args_node.end_byte - node.start_byte
-    name = full[:start] + full[end:]
-    args = tuple(_expr(tsx.text(a)) for a in args_node.named_children)
-    return _compact(name), args
+    return _compact(full[:start] + full[end:])
 
 
 def _last_template_args(node: Node) -> Node | None:
@@ -385,7 +432,7 @@ def _is_cast_call(call: Node) -> bool:
     fn = call.child_by_field_name("function")
     if fn is None:
         return False
-    return _split_template(fn)[0].rsplit("::", 1)[-1] in CAST_FUNCTIONS
+    return _template_name(fn).rsplit("::", 1)[-1] in CAST_FUNCTIONS
 
 
 def _local_values(ctx: _Ctx, ident: Node) -> list[Node]:
@@ -393,7 +440,7 @@ def _local_values(ctx: _Ctx, ident: Node) -> list[Node]:
     fn = ctx.enclosing_function(ident)
     if fn is None:
         return []
-    return [v for v in ctx.assigned(fn, tsx.text(ident)) if v.id != ident.id]
+    return [v for v in ctx.assigned(fn, ident) if v.id != ident.id]
 
 
 # --- bindings --------------------------------------------------------------------------
@@ -406,7 +453,7 @@ def _bindings(ctx: _Ctx, root: Node) -> Iterable[Binding]:
             continue
         module, handle = names[0], names[-1]
         key = names[1] if macro == "TORCH_LIBRARY_IMPL" and len(names) >= 3 else None
-        for m in tsx.matches(MEMBER_CALL_Q, body):
+        for m in ctx.found_in(MEMBER_CALL_Q, "call", body):
             if tsx.text(m["obj"]) != handle:
                 continue
             binding = _binding(ctx, macro, module, key, tsx.text(m["method"]), m)
@@ -427,7 +474,7 @@ def _binding(ctx: _Ctx, macro: str, module: str, key: str | None, method: str,
     name = _string_value(args[0]).split("(")[0].strip()
     if "::" in name:
         name = name.split("::")[-1]
-    fn = _bound_function(args[1]) if len(args) > 1 else None
+    fn = _bound_function(ctx, args[1]) if len(args) > 1 else None
     kind = {"PYBIND11_MODULE": "pybind11", "TORCH_LIBRARY_IMPL": "torch_library_impl"}.get(
         macro, "torch_library")
     return Binding(kind=kind, name=name, cpp_function=fn,  # type: ignore[arg-type]
@@ -438,43 +485,37 @@ def _string_value(node: Node) -> str:
     return "".join(tsx.text(c) for c in node.named_children if c.type == "string_content")
 
 
-def _bound_function(arg: Node) -> str | None:
+def _bound_function(ctx: _Ctx, arg: Node) -> str | None:
     """`&ns::f<float>` -> "ns::f"; a lambda -> the first function it calls."""
     arg = _strip(arg)
     if arg.type == "lambda_expression":
-        calls = [m["callee"] for m in tsx.matches(CALL_Q, arg)]
-        return _split_template(calls[0])[0] if calls else None
+        calls = [m["callee"] for m in ctx.found_in(CALL_Q, "call", arg)]
+        return _template_name(calls[0]) if calls else None
     if arg.type in ("identifier", "qualified_identifier", "template_function"):
-        return _split_template(arg)[0]
+        return _template_name(arg)
     if arg.type == "call_expression":  # a wrapper such as torch::wrap_pybind_function(f)
         args = arg.child_by_field_name("arguments")
         if args is not None and args.named_children:
-            return _bound_function(args.named_children[0])
+            return _bound_function(ctx, args.named_children[0])
     return None
 
 
 # --- host functions and calls ----------------------------------------------------------
 
 
-def _host_functions(ctx: _Ctx) -> Iterable[str]:
-    for _, _, fn in ctx.functions:
-        name = ctx.function_name(fn)
-        if name is not None and not _is_device_only(fn) and name not in BINDING_MACROS:
-            yield name
-
-
 def _is_launch(call: Node) -> bool:
-    return any(c.type == "kernel_call_syntax" for c in call.children)
+    # A plain call has two children, the callee and its arguments (comments aside).
+    return call.child_count > 2 and any(c.type == "kernel_call_syntax" for c in call.children)
 
 
 def _host_calls(ctx: _Ctx, root: Node) -> Iterable[HostCall]:
     seen: set[tuple[str, str]] = set()
     for m in ctx.found(CALL_Q):
         fn = ctx.enclosing_function(m["call"])
-        if fn is None or _is_device_only(fn) or _is_launch(m["call"]):
+        if fn is None or ctx.device_only(fn) or _is_launch(m["call"]):
             continue
         caller = ctx.function_name(fn)
-        callee = _split_template(m["callee"])[0]
+        callee = _template_name(m["callee"])
         if caller is not None and (caller, callee) not in seen:
             seen.add((caller, callee))
             yield HostCall(caller=caller, callee=callee)

@@ -8,6 +8,7 @@ folders are skipped and listed in the report instead.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -47,23 +48,33 @@ def source_kind(name: str) -> SourceKind | None:
     return "python" if suffix in PYTHON_SUFFIXES else None
 
 
-def collect(root: Path, scan: ScanConfig) -> Inventory:
-    """List the source files under `root`, depth first, in a stable (sorted) order."""
-    walker = _Walker(root, scan)
-    walker.walk(root, "", frozenset({os.path.realpath(root)}))
+def collect(root: Path, scan: ScanConfig,
+            on_file: Callable[[SourceFile], None] | None = None) -> Inventory:
+    """List the source files under `root`, depth first, in a stable (sorted) order.
+
+    `on_file` is called with each file as it is found, so that reading the files can
+    start before the walk ends.
+    """
+    walker = _Walker(root, scan, on_file)
+    real = os.path.realpath(root)
+    walker.walk(root, "", real, frozenset({real}))
     return Inventory(tuple(walker.files), tuple(walker.problems), tuple(walker.skipped))
 
 
 class _Walker:
-    def __init__(self, root: Path, scan: ScanConfig) -> None:
+    def __init__(self, root: Path, scan: ScanConfig,
+                 on_file: Callable[[SourceFile], None] | None) -> None:
         self.root = root
         self.scan = scan
+        self.on_file = on_file
         self.files: list[SourceFile] = []
         self.problems: list[Problem] = []
         self.skipped: list[str] = []
         self._real_files: set[str] = set()  # a file reached through two links is read once
 
-    def walk(self, directory: Path, rel: str, seen: frozenset[str]) -> None:
+    def walk(self, directory: Path, rel: str, real: str, seen: frozenset[str]) -> None:
+        """List `directory`, found at `rel`, whose real path is `real`, below the
+        folders whose real paths are `seen`."""
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError as exc:
@@ -73,40 +84,57 @@ class _Walker:
         for entry in entries:
             child_rel = f"{rel}/{entry.name}" if rel else entry.name
             if _is_dir(entry):
-                self._enter(entry, child_rel, seen)
+                self._enter(entry, child_rel, real, seen)
             else:
-                self._add_file(entry, child_rel)
+                self._add_file(entry, child_rel, real)
 
-    def _enter(self, entry: os.DirEntry[str], rel: str, seen: frozenset[str]) -> None:
+    def _enter(self, entry: os.DirEntry[str], rel: str, parent_real: str,
+               seen: frozenset[str]) -> None:
         if entry.name.startswith(".") or entry.name in IGNORED_DIRS or \
                 entry.name.endswith(".egg-info"):
             return
         if self._generated(entry):
             self.skipped.append(rel)
             return
-        real = os.path.realpath(entry.path)
+        real = _real_path(entry, parent_real)
         if real in seen:
             self.problems.append(Problem(rel, None, "symlink loop: this folder links back to "
                                          "one of its parents; not followed", "warning"))
             return
-        self.walk(Path(entry.path), rel, seen | {real})
+        self.walk(Path(entry.path), rel, real, seen | {real})
 
     def _generated(self, entry: os.DirEntry[str]) -> bool:
         if entry.name in GENERATED_DIRS:
             return True
         return any(os.path.exists(os.path.join(entry.path, m)) for m in GENERATED_MARKERS)
 
-    def _add_file(self, entry: os.DirEntry[str], rel: str) -> None:
+    def _add_file(self, entry: os.DirEntry[str], rel: str, parent_real: str) -> None:
         kind = source_kind(entry.name)
         if kind is None or not path_included(self.scan, rel):
             return
         if entry.is_symlink() and not os.path.exists(entry.path):
             self.problems.append(Problem(rel, None, "broken symlink; skipped", "warning"))
             return
-        real = os.path.realpath(entry.path)
+        real = _real_path(entry, parent_real)
         if real not in self._real_files:
             self._real_files.add(real)
-            self.files.append(SourceFile(rel, Path(entry.path), kind))
+            source = SourceFile(rel, Path(entry.path), kind)
+            self.files.append(source)
+            if self.on_file is not None:
+                self.on_file(source)
+
+
+def _real_path(entry: os.DirEntry[str], parent_real: str) -> str:
+    """`os.path.realpath(entry.path)`, given the real path of the folder listing `entry`.
+
+    Only a link needs resolving: realpath itself would look at every folder on the way
+    down, one system call each, for every file.
+    """
+    try:
+        linked = entry.is_symlink()  # from the listing: no system call on Linux
+    except OSError:
+        linked = True
+    return os.path.realpath(entry.path) if linked else os.path.join(parent_real, entry.name)
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

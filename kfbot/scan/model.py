@@ -147,11 +147,14 @@ class KernelDef:
     namespace: str  # "" for the global namespace, else "a::b"
     file: str
     line: int
-    template_params: tuple[TemplateParam, ...] = ()
-    params: tuple[Param, ...] = ()
+    # Linking keys dicts by kernel; the fields below take long to hash and add nothing to
+    # tell kernels apart, so they are compared (for equality) but not hashed.
+    template_params: tuple[TemplateParam, ...] = field(default=(), hash=False)
+    params: tuple[Param, ...] = field(default=(), hash=False)
     launch_bounds: tuple[str, ...] | None = None
     line_offset: int = 0  # non-zero when parsed out of a Python string
-    uses: tuple[str, ...] = ()  # identifiers in the signature and body (for tunables)
+    # identifiers in the signature and body (for tunables)
+    uses: tuple[str, ...] = field(default=(), hash=False)
 
     @property
     def qualified_name(self) -> str:
@@ -176,7 +179,6 @@ class CudaFileFacts:
     bindings: tuple[Binding, ...] = ()
     tunables: tuple[Tunable, ...] = ()
     includes: tuple[str, ...] = ()  # quoted includes, as written
-    host_functions: tuple[str, ...] = ()
     host_calls: tuple[HostCall, ...] = ()
     using_namespaces: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import multiprocessing
+import multiprocessing.pool
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
 
 from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.assemble import assemble
-from kfbot.scan.cuda_facts import extract_cuda_facts
+from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
 from kfbot.scan.files import Inventory, SourceFile, collect
 from kfbot.scan.link import Linker
 from kfbot.scan.model import CudaFileFacts, Problem, PyFileFacts, ScanReport
@@ -31,8 +34,16 @@ FileResult = tuple[list[CudaFileFacts], list[PyFileFacts], list[Problem]]
 def scan(root: Path, config: Config, progress: Progress | None = None,
          jobs: int | None = None) -> ScanReport:
     root = _check_root(root)
-    inventory = collect(root, config.scan)
-    cuda, python, problems = _extract_all(root, inventory, progress, jobs)
+    with paused_gc():
+        with _Extraction(root, jobs or os.cpu_count() or 1) as extraction:
+            inventory = collect(root, config.scan, on_file=extraction.add)
+            cuda, python, problems = extraction.results(progress)
+        return _report(root, config, inventory, cuda, python, problems)
+
+
+def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFileFacts],
+            python: list[PyFileFacts], problems: list[Problem]) -> ScanReport:
+    """Link the facts into kernels, and list them and every problem in a stable order."""
     linker = Linker(cuda, python)
     kernels = apply_tasks(assemble(linker), config)
     kernels.sort(key=lambda k: (k.file, k.definition.line, k.name))
@@ -41,8 +52,24 @@ def scan(root: Path, config: Config, progress: Progress | None = None,
                     *(p for f in python for p in f.problems)]
     all_problems.sort(key=lambda p: (p.file, p.line or 0))
     return ScanReport(root=str(root), kernels=tuple(kernels), problems=tuple(all_problems),
-                      files_scanned=len(inventory.files),
-                      skipped_dirs=inventory.skipped_dirs)
+                      files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector, which only costs time here.
+
+    A scan allocates millions of small objects and frees them by reference counting
+    (the extractors break their cycles explicitly); every collection would walk all
+    of them again. The collector is restored afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _check_root(root: Path) -> Path:
@@ -55,50 +82,95 @@ def _check_root(root: Path) -> Path:
     return root.resolve()
 
 
-def _extract_all(root: Path, inventory: Inventory, progress: Progress | None,
-                 jobs: int | None) -> tuple[list[CudaFileFacts], list[PyFileFacts],
-                                            list[Problem]]:
-    files = list(inventory.files)
-    batches = [(str(root), files[i:i + BATCH]) for i in range(0, len(files), BATCH)]
-    cuda: list[CudaFileFacts] = []
-    python: list[PyFileFacts] = []
-    problems: list[Problem] = []
-    done = 0
-    for batch_result, count in _run_batches(batches, jobs or os.cpu_count() or 1, len(files)):
-        for c, p, probs in batch_result:
-            cuda += c
-            python += p
-            problems += probs
-        done += count
-        if progress is not None:
-            progress(done, len(files))
-    return cuda, python, problems
+Batch = tuple[str, list[SourceFile]]
 
 
-def _run_batches(batches: list[tuple[str, list[SourceFile]]], jobs: int, total: int
-                 ) -> Iterable[tuple[list[FileResult], int]]:
-    if jobs <= 1 or total < PARALLEL_THRESHOLD:
-        for batch in batches:
-            yield _extract_batch(batch), len(batch[1])
-        return
+class _Extraction:
+    """Facts from the files as the walk finds them, in batches kept in walk order.
+
+    A small repository is read in this process once the walk is done. Once the walk has
+    found enough files to pay for it, a pool of worker processes starts and is handed
+    each batch as soon as it is full, so that the pool's start-up and the rest of the
+    walk overlap with reading.
+    """
+
+    def __init__(self, root: Path, jobs: int) -> None:
+        self.root = str(root)
+        self.jobs = jobs
+        self.found = 0
+        self.filling: list[SourceFile] = []
+        self.waiting: list[list[SourceFile]] = []  # full batches no pool has been handed
+        self.sent: list[tuple[AsyncResult[list[FileResult]], int]] = []
+        self.pool: multiprocessing.pool.Pool | None = None
+
+    def __enter__(self) -> _Extraction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, source: SourceFile) -> None:
+        self.filling.append(source)
+        self.found += 1
+        if len(self.filling) >= BATCH:
+            self._flush()
+
+    def results(self, progress: Progress | None) -> tuple[list[CudaFileFacts],
+                                                          list[PyFileFacts], list[Problem]]:
+        """Every file's facts, in walk order (so the report is the same however it was split)."""
+        self._flush()
+        cuda: list[CudaFileFacts] = []
+        python: list[PyFileFacts] = []
+        problems: list[Problem] = []
+        done = 0
+        for batch_result, count in self._batch_results():
+            for c, p, probs in batch_result:
+                cuda += c
+                python += p
+                problems += probs
+            done += count
+            if progress is not None:
+                progress(done, self.found)
+        self.close()
+        return cuda, python, problems
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool = None
+
+    def _flush(self) -> None:
+        if self.filling:
+            self.waiting.append(self.filling)
+            self.filling = []
+        if self.pool is None and self.jobs > 1 and self.found >= PARALLEL_THRESHOLD:
+            self.pool = _start_pool(self.jobs)
+        if self.pool is not None:
+            for files in self.waiting:
+                task = self.pool.apply_async(_extract_batch, ((self.root, files),))
+                self.sent.append((task, len(files)))
+            self.waiting = []
+
+    def _batch_results(self) -> Iterable[tuple[list[FileResult], int]]:
+        for task, count in self.sent:
+            yield task.get(), count
+        for files in self.waiting:  # only when no pool was started
+            yield _extract_batch((self.root, files)), len(files)
+
+
+def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with multiprocessing.get_context(method).Pool(jobs) as pool:
-        # imap keeps the input order, so the report is the same however it was split.
-        for batch, result in zip(batches, pool.imap(_extract_batch, batches), strict=True):
-            yield result, len(batch[1])
+    if method == "fork":
+        compile_queries()  # once here, rather than once in every worker it forks
+    # Workers never run the cyclic collector (see `paused_gc`): besides its own cost, a
+    # collection would touch every object inherited from this process, copying the
+    # memory pages that fork shares. Extraction leaves no cycles to collect.
+    return multiprocessing.get_context(method).Pool(jobs, initializer=gc.disable)
 
 
-def _extract_batch(batch: tuple[str, list[SourceFile]]) -> list[FileResult]:
+def _extract_batch(batch: Batch) -> list[FileResult]:
     root = Path(batch[0])
-    # The extractors free their trees by reference counting (cycles are broken
-    # explicitly), so the cyclic collector only costs time here; it is restored after.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return [extract_file(root, f) for f in batch[1]]
-    finally:
-        if was_enabled:
-            gc.enable()
+    return [extract_file(root, f) for f in batch[1]]
 
 
 @functools.lru_cache(maxsize=65536)
