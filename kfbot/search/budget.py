@@ -1,0 +1,87 @@
+"""One budget for a run: evaluations, wall-clock time, LLM tokens and money.
+
+Everything that costs is charged here, in one place; the search asks `exhausted()`
+before each step and stops cleanly with the reason, and the report says what was
+spent. The state is plain numbers so a resumed run continues with what is left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Limits:
+    evaluations: int | None = None
+    seconds: float | None = None
+    tokens: int | None = None
+    usd: float | None = None
+
+
+class Budget:
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic,
+                 spent: Mapping[str, float] | None = None) -> None:
+        self.limits = limits
+        self._clock = clock
+        earlier = dict(spent or {})
+        self.evaluations = int(earlier.get("evaluations", 0))
+        self.tokens = int(earlier.get("tokens", 0))
+        self.usd = float(earlier.get("usd", 0.0))
+        # Time spent before a resume counts too: the clock restarts, the total does not.
+        self._before = float(earlier.get("seconds", 0.0))
+        self._started = clock()
+
+    @property
+    def seconds(self) -> float:
+        return self._before + self._clock() - self._started
+
+    def charge(self, evaluations: int = 0, tokens: int = 0, usd: float = 0.0) -> None:
+        if evaluations < 0 or tokens < 0 or usd < 0:
+            raise ValueError("a budget is only ever charged, never refunded")
+        self.evaluations += evaluations
+        self.tokens += tokens
+        self.usd += usd
+
+    def exhausted(self) -> str | None:
+        """Which limit is spent, in words, or None while every limit has room."""
+        lim = self.limits
+        if lim.evaluations is not None and self.evaluations >= lim.evaluations:
+            return f"evaluations spent ({self.evaluations}/{lim.evaluations})"
+        if lim.seconds is not None and self.seconds >= lim.seconds:
+            return f"time spent ({self.seconds:.0f}/{lim.seconds:.0f} s)"
+        if lim.tokens is not None and self.tokens >= lim.tokens:
+            return f"LLM tokens spent ({self.tokens}/{lim.tokens})"
+        if lim.usd is not None and self.usd >= lim.usd:
+            return f"money spent (${self.usd:.2f}/${lim.usd:.2f})"
+        return None
+
+    def evaluations_left(self) -> int | None:
+        if self.limits.evaluations is None:
+            return None
+        return max(0, self.limits.evaluations - self.evaluations)
+
+    def spent(self) -> dict[str, Any]:
+        return {"evaluations": self.evaluations, "seconds": round(self.seconds, 3),
+                "tokens": self.tokens, "usd": round(self.usd, 6)}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1h30m' or a bare number of seconds -> seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    total, number = 0.0, ""
+    for ch in text.strip().lower():
+        if ch.isdigit() or ch == ".":
+            number += ch
+        elif ch in units and number:
+            total += float(number) * units[ch]
+            number = ""
+        else:
+            raise ValueError(f"not a duration: {text!r} (try 90s, 30m, 2h or 1h30m)")
+    if number:
+        total += float(number)
+    if total <= 0:
+        raise ValueError(f"not a duration: {text!r} (try 90s, 30m, 2h or 1h30m)")
+    return total
