@@ -1,0 +1,83 @@
+"""`kfbot lessons`: print what earlier runs learnt, from the committed experience file."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kfbot.errors import EXIT_OK
+from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
+
+# rich is imported only where the table is drawn.
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("lessons", help="print the lessons of the experience file")
+    p.add_argument("--repo", type=Path, default=Path("."), help="repository folder (default .)")
+    p.add_argument("--file", type=Path, default=None,
+                   help=f"experience file (default: REPO/{DEFAULT_PATH.as_posix()})")
+    p.add_argument("--kernel", action="append", default=[],
+                   help="only this kernel (file::name, ns::name or name); repeatable")
+    p.add_argument("--json", action="store_true", help="print a JSON list of the lessons")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path: Path = args.file if args.file is not None else args.repo / DEFAULT_PATH
+    if not path.exists():
+        _nothing(f"no lessons yet in {path}", args.json)
+        return EXIT_OK
+    lessons = read_lessons(path)
+    if args.kernel:
+        lessons = [x for x in lessons if any(_matches(x.kernel, name) for name in args.kernel)]
+        if not lessons:
+            _nothing(f"no lessons for {', '.join(args.kernel)} in {path}", args.json)
+            return EXIT_OK
+    if not lessons:
+        _nothing(f"no lessons yet in {path}", args.json)
+    elif args.json:
+        sys.stdout.write(json.dumps([_as_json(x) for x in lessons], indent=2) + "\n")
+    else:
+        _table(lessons, path)
+    return EXIT_OK
+
+
+def _matches(kernel: str, name: str) -> bool:
+    """`csrc/a.cu::ns::k` is named by itself, `k`, `ns::k`, `a.cu::ns::k` and so on."""
+    return kernel == name or kernel.endswith(("::" + name, "/" + name))
+
+
+def _nothing(message: str, as_json: bool) -> None:
+    # JSON goes to a program: it gets an empty list, and the person the message.
+    if as_json:
+        sys.stdout.write("[]\n")
+        print(message, file=sys.stderr)
+    else:
+        print(message)
+
+
+def _as_json(lesson: Lesson) -> dict[str, object]:
+    data = dataclasses.asdict(lesson)
+    data["tags"] = list(lesson.tags)
+    return data
+
+
+def _table(lessons: Sequence[Lesson], path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(lessons)} lessons in {path}", title_justify="left")
+    for column in ("kernel", "GPU", "change", "outcome", "date"):
+        table.add_column(column, overflow="fold")
+    for x in lessons:
+        outcome = x.summary() + (f": {x.reason}" if x.reason else "")
+        style = "red" if x.failed else "green" if x.outcome == "faster" else None
+        table.add_row(x.kernel, x.gpu, x.change, outcome, x.date, style=style)
+    # A pipe or a file gets a wide table rather than rich's 80-column default.
+    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+    Console(width=None if wide else 200).print(table)
