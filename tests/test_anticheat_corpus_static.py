@@ -48,3 +48,16 @@ def test_static_layer_on_the_corpus(entry: Entry, tmp_path: Path) -> None:
         assert entry.check in strict, found
     else:
         assert strict == set(), f"meant for the runtime layer, but caught statically: {found}"
+
+
+def test_a_fast_math_flag_is_reported_but_left_to_the_tolerance_gate(tmp_path: Path) -> None:
+    from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
+
+    gelu = next(e for e in ENTRIES if e.fixture == "load_elementwise")
+    flagged = Entry("fast-math", "", gelu.fixture, gelu.kernel, "accepted")
+    root = FIXTURES / flagged.fixture
+    config = load_config(None, root)
+    task = make_task(select_kernel(scan(root, config).kernels, flagged.kernel), root, config)
+    engine = Engine(task, EngineSettings(cache_dir=tmp_path))
+    found = engine.static_check(Candidate(params={NVCC_FLAGS_PARAM: "--use_fast_math"}))
+    assert [(f.check, f.severity) for f in found] == [("fast-math", "warn")]

@@ -345,3 +345,19 @@ def test_importing_the_builder_does_not_import_torch() -> None:
     code = "import sys, kfbot.evaluate.build; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_nvcc_flag_params_reach_device_compiles_only() -> None:
+    from kfbot.evaluate.build import _command
+    from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM
+    from kfbot.evaluate.torch_build import TorchFlags
+
+    flags = TorchFlags(cxx=("g++",), nvcc=("nvcc",), cflags=("-O2",), post_cflags=(),
+                       cuda_cflags=("-O3",), cuda_post_cflags=(), cuda_dlink_post_cflags=(),
+                       ldflags=())
+    params = {NVCC_FLAGS_PARAM: "--use_fast_math", "TILE": "32"}
+    cuda = _command(flags, "k.cu", True, params, "int a[TILE];")
+    assert cuda[-2:] == ("-DTILE=32", "--use_fast_math")
+    assert not any(NVCC_FLAGS_PARAM in part for part in cuda)
+    host = _command(flags, "b.cpp", False, params, "int b;")
+    assert "--use_fast_math" not in host and not any(NVCC_FLAGS_PARAM in p for p in host)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kfbot.anticheat.static import Source, StaticInput
-from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate, nvcc_flags
 from kfbot.evaluate.task import KernelTask
 from kfbot.scan.cuda_facts import extract_cuda_facts
 from kfbot.scan.model import BuildRecipe
@@ -69,8 +69,8 @@ def build_flags(task: KernelTask, files: Mapping[str, str], params: Mapping[str,
     recipe = _recipe_after(task, files)
     flags = [*recipe.extra_cflags, *recipe.extra_cuda_cflags]
     flags += [f"-D{k}={v}" if v else f"-D{k}" for k, v in recipe.defines]
-    flags += [f"-D{k}={v}" for k, v in sorted(params.items())]
-    return tuple(flags)
+    flags += [f"-D{k}={v}" for k, v in sorted(params.items()) if k != NVCC_FLAGS_PARAM]
+    return (*flags, *nvcc_flags(params))
 
 
 def _recipe_after(task: KernelTask, files: Mapping[str, str]) -> BuildRecipe:

@@ -37,6 +37,7 @@ from typing import Literal
 
 from kfbot.errors import EXIT_MISSING_TOOL, EXIT_USAGE, KfbotError
 from kfbot.evaluate import torch_build
+from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, nvcc_flags
 from kfbot.evaluate.diagnostics import (
     parse_compiler_output,
     parse_ptxas_resources,
@@ -747,7 +748,9 @@ def _command(
     else:
         head, pre, post = flags.cxx, flags.cflags, flags.post_cflags
     used = _params_for([*pre, *post], text, params)
+    used.pop(NVCC_FLAGS_PARAM, None)
     defines = [_define(name, value) for name, value in sorted(used.items())]
+    extra = nvcc_flags(params) if cuda else ()
     return (
         *head,
         *_without_defines(pre, used),
@@ -757,6 +760,7 @@ def _command(
         OUTPUT,
         *_without_defines(post, used),
         *defines,
+        *extra,
     )
 
 

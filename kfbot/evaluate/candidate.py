@@ -13,6 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+# A candidate's extra nvcc flags travel as this param (e.g. "--use_fast_math"); it is
+# passed to device-code compiles as flags, never as a -D define.
+NVCC_FLAGS_PARAM = "KFBOT_NVCC_FLAGS"
+
+
+def nvcc_flags(params: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(params.get(NVCC_FLAGS_PARAM, "").split())
+
+
 CandidateOrigin = Literal["original", "params", "rules", "llm", "migrant", "user"]
 
 

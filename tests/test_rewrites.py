@@ -1,0 +1,397 @@
+"""Expert rewrites: rules/rewrites.yaml and kfbot/search/rewrites.py."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kfbot.errors import KfbotError
+from kfbot.evaluate.candidate import Candidate
+from kfbot.search import rewrites as rw
+
+ROOT = Path(__file__).resolve().parents[1]
+GELU = ROOT / "fixtures/load_elementwise/csrc/gelu_kernel.cu"
+HEADER = "#include <cstdint>\n#include <cuda_runtime.h>\n"
+
+ELEMENTWISE = HEADER + """
+constexpr int kBlock = 256;
+
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = 2.0f * x[i];
+    }
+}
+
+void launch(const float* x, float* y, int n) {
+    scale_kernel<<<(n + kBlock - 1) / kBlock, kBlock>>>(x, y, n);
+}
+"""
+
+RESTRICT = HEADER + """
+__global__ void add(float* a, const float* b, float* out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"""
+
+LOOPS = HEADER + """
+#define TILE 8
+template <int N>
+__device__ float dot(const float* a) {
+    float s = 0.0f;
+    for (int k = 0; k < N; ++k) s += a[k];
+    return s;
+}
+
+__global__ void loops(float* y, int n) {
+    float acc[TILE];
+    for (int j = 0; j < TILE; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < n; ++j) acc[0] += 1.0f;
+    #pragma unroll 2
+    for (int j = 0; j < 4; ++j) acc[j] += 1.0f;
+    y[threadIdx.x] = acc[0] + dot<4>(y);
+}
+"""
+
+REDUCE = HEADER + """
+__global__ void reduce_sum(const float* x, float* out, int n) {
+    __shared__ float sdata[256];
+    int tid = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) out[blockIdx.x] = sdata[0];
+}
+
+__global__ void reduce_max(const float* x, float* out, int n) {
+    __shared__ float smax[256];
+    unsigned int tid = threadIdx.x;
+    smax[tid] = tid < n ? x[tid] : -1e30f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) {
+            smax[tid] = fmaxf(smax[tid], smax[tid + s]);
+        }
+        __syncthreads();
+    }
+    if (tid == 0) out[0] = smax[0];
+}
+
+void launch(const float* x, float* out, int n) {
+    reduce_sum<<<(n + 255) / 256, 256>>>(x, out, n);
+    reduce_max<<<1, 256>>>(x, out, n);
+}
+"""
+
+# Comments and strings mention every trigger; no code has any of the shapes.
+DECOYS = HEADER + """
+// __global__ void k(float* x) { int i = blockIdx.x * blockDim.x + threadIdx.x;
+// if (i < n) y[i] = x[i]; }
+/* for (int s = blockDim.x / 2; s > 0; s >>= 1) { if (tid < s) sdata[tid] += sdata[tid + s]; } */
+const char* kDoc = "__global__ void k(float* x) { for (int j = 0; j < 4; ++j) x[j] = 0; }";
+__global__ void __launch_bounds__(64) k(const float* __restrict__ x, float* __restrict__ y,
+                                        int n) {
+    // y[i] = x[i]; for (int j = 0; j < 4; ++j) k<<<1, 64>>>(x, y, n);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i];  // "<<<1, 32>>>"
+}
+void launch(const float* x, float* y, int n) { k<<<1, 64>>>(x, y, n); }
+"""
+
+PARENT = Candidate()
+
+
+def only(rewrite_id: str) -> tuple[rw.Rewrite, ...]:
+    return tuple(r for r in rw.load_rewrites() if r.id == rewrite_id)
+
+
+def apply(rewrite_id: str, source: str) -> str | None:
+    impl = only(rewrite_id)[0].rewrite
+    return rw.SOURCE_REWRITES[impl](source)
+
+
+# --- loading and validation -------------------------------------------------------------
+
+
+def test_shipped_rewrites_load_and_are_implemented() -> None:
+    loaded = rw.load_rewrites()
+    assert [r.id for r in loaded] == [
+        "restrict-pointers", "launch-bounds", "unroll-constant-loops", "grid-stride-loop",
+        "vectorize-float4", "warp-shuffle-reduction", "fast-math-flags"]
+    for r in loaded:
+        assert r.rewrite in rw.IMPLEMENTATIONS
+        assert r.what and r.why and r.applies_when
+    assert "#define" in only("launch-bounds")[0].applies_when  # not cut by a YAML comment
+    assert "verification passes at the task's tolerance" in only("fast-math-flags")[0].why
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ("  what: w\n  why: y\n  applies-when: a\n  rewrite: nope\n", "unknown rewrite 'nope'"),
+    ("  what: w\n  why: y\n  applies-when: a\n  rewrite: launch_bounds\n  extra: 1\n",
+     "unknown key(s) extra"),
+    ("  what: w\n  applies-when: a\n  rewrite: launch_bounds\n", "missing why"),
+    ("  what: w\n  why: ''\n  applies-when: a\n  rewrite: launch_bounds\n", "`why` must be"),
+])
+def test_validation_names_file_and_id(tmp_path: Path, body: str, problem: str) -> None:
+    path = tmp_path / "rewrites.yaml"
+    path.write_text("- id: my-rewrite\n" + body)
+    with pytest.raises(KfbotError) as err:
+        rw.load_rewrites(path)
+    assert str(path) in str(err.value)
+    assert "rewrite my-rewrite" in str(err.value)
+    assert problem in str(err.value)
+
+
+def test_validation_rejects_duplicate_ids_and_non_lists(tmp_path: Path) -> None:
+    entry = "- id: a\n  what: w\n  why: y\n  applies-when: a\n  rewrite: launch_bounds\n"
+    path = tmp_path / "rewrites.yaml"
+    path.write_text(entry + entry)
+    with pytest.raises(KfbotError, match="rewrite a: the id is used twice"):
+        rw.load_rewrites(path)
+    path.write_text("id: a\n")
+    with pytest.raises(KfbotError, match="expected a list"):
+        rw.load_rewrites(path)
+
+
+# --- positive and negative examples ---------------------------------------------------------
+
+
+def test_restrict_pointers() -> None:
+    out = apply("restrict-pointers", RESTRICT)
+    assert out is not None
+    assert ("__global__ void add(const float* __restrict__ a, const float* __restrict__ b, "
+            "float* __restrict__ out, int n)") in out
+    # written through, as p[i] =, *p = or p[i] +=: never made const
+    for write in ("a[0] = 1.0f;", "*a = 1.0f;", "a[i] += 1.0f;", "float* q = a;"):
+        src = RESTRICT.replace("int i = threadIdx.x;", f"int i = threadIdx.x; {write}")
+        changed = apply("restrict-pointers", src)
+        assert changed is not None and "float* __restrict__ a" in changed
+        assert "const float* __restrict__ a" not in changed
+
+
+def test_restrict_pointers_negative() -> None:
+    done = HEADER + "__global__ void k(const float* __restrict__ x, int n) { }\n" \
+        "__device__ void d(float* x) { }\nvoid host(float* x) { }\n"
+    assert apply("restrict-pointers", done) is None
+
+
+def test_launch_bounds() -> None:
+    out = apply("launch-bounds", ELEMENTWISE)
+    assert out is not None
+    assert "__global__ void __launch_bounds__(256) scale_kernel(" in out
+    define = ELEMENTWISE.replace("constexpr int kBlock = 256;", "#define kBlock 64")
+    out = apply("launch-bounds", define)
+    assert out is not None and "__launch_bounds__(64) scale_kernel" in out
+
+
+@pytest.mark.parametrize("launches", [
+    "",  # no launch in the file
+    "scale_kernel<<<1, 128>>>(x, y, n); scale_kernel<<<1, 256>>>(x, y, n);",  # differ
+    "scale_kernel<<<1, threads>>>(x, y, n);",  # runtime block size
+    "scale_kernel<<<1, dim3(16, 16)>>>(x, y, n);",
+])
+def test_launch_bounds_negative(launches: str) -> None:
+    src = ELEMENTWISE.replace(
+        "scale_kernel<<<(n + kBlock - 1) / kBlock, kBlock>>>(x, y, n);", launches)
+    src = src.replace("void launch(", "void launch(int threads, ")
+    assert apply("launch-bounds", src) is None
+
+
+def test_unroll_constant_loops() -> None:
+    out = apply("unroll-constant-loops", LOOPS)
+    assert out is not None
+    assert "    #pragma unroll\n    for (int k = 0; k < N; ++k)" in out
+    assert "    #pragma unroll\n    for (int j = 0; j < TILE; ++j)" in out
+    assert "#pragma unroll\n    for (int j = 0; j < n; ++j)" not in out  # runtime bound
+    assert out.count("#pragma unroll") == 3  # two added, `#pragma unroll 2` kept alone
+
+
+def test_unroll_constant_loops_negative() -> None:
+    host = HEADER + "void f(float* y) { for (int j = 0; j < 4; ++j) y[j] = 0; }\n" \
+        "__global__ void k(float* y, int n) {\n" \
+        "    for (int j = threadIdx.x; j < 256; j += blockDim.x) y[j] = 0;\n" \
+        "    for (int j = 0; j < 100000; ++j) y[0] += 1;\n" \
+        "    for (int j = 0; j < 8; ++j) { y[j] = 0; j += 1; }\n}\n"
+    assert apply("unroll-constant-loops", host) is None
+
+
+def test_grid_stride_loop() -> None:
+    out = apply("grid-stride-loop", ELEMENTWISE)
+    assert out is not None
+    assert ("    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+            "i += (int)blockDim.x * gridDim.x) {\n        y[i] = 2.0f * x[i];\n    }\n}") in out
+    out = apply("grid-stride-loop", GELU.read_text())
+    assert out is not None
+    assert "i < n; i += (int64_t)blockDim.x * gridDim.x) {" in out
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("if (i < n) {", "if (i < n) { if (x[i] < 0) return;"),  # early return
+    ("if (i < n) {", "if (i <= n) {"),
+    ("int i = blockIdx.x * blockDim.x + threadIdx.x;", "int i = threadIdx.x;"),
+    ("    }\n}", "    } else { }\n}"),
+    ("    }\n}", "    }\n    __syncthreads();\n}"),  # more than the two statements
+])
+def test_grid_stride_loop_negative(old: str, new: str) -> None:
+    src = ELEMENTWISE.replace(old, new, 1)
+    assert src != ELEMENTWISE
+    assert apply("grid-stride-loop", src) is None
+
+
+def test_vectorize_float4() -> None:
+    out = apply("vectorize-float4", ELEMENTWISE)
+    assert out is not None
+    assert "const float4 x_v4 = reinterpret_cast<const float4*>(x)[i];" in out
+    for lane in "xyzw":
+        assert f"y_v4.{lane} = 2.0f * x_v4.{lane};" in out
+    assert "reinterpret_cast<float4*>(y)[i] = y_v4;" in out
+    assert "if (i < n % 4) {" in out and "const int i_s = n / 4 * 4 + i;" in out
+    assert "y[i_s] = 2.0f * x[i_s];" in out  # scalar tail and unaligned fallback
+    assert "& 15ull) == 0)" in out
+    assert "scale_kernel<<<((n + 3) / 4 + kBlock - 1) / kBlock, kBlock>>>(x, y, n);" in out
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("(n + kBlock - 1) / kBlock, kBlock", "n / kBlock + 1, kBlock"),  # grid not recognised
+    ("y[i] = 2.0f * x[i];", "y[i] = 2.0f * x[i + 1];"),  # not x[i]
+    ("y[i] = 2.0f * x[i];", "if (x[i] > 0) y[i] = 2.0f * x[i];"),  # conditional store
+    ("const float* x, float* y", "const double* x, float* y"),
+    ("scale_kernel<<<", "void other(const float* x, float* y, int n) { "
+     "scale_kernel<<<1, 32>>>(x, y, n); }\nvoid launch2(const float* x, float* y, int n) { "
+     "scale_kernel<<<"),  # two launch sites
+])
+def test_vectorize_float4_negative(old: str, new: str) -> None:
+    src = ELEMENTWISE.replace(old, new, 1)
+    assert src != ELEMENTWISE
+    assert apply("vectorize-float4", src) is None
+
+
+def test_warp_shuffle_reduction() -> None:
+    out = apply("warp-shuffle-reduction", REDUCE)
+    assert out is not None
+    assert out.count("s > 32;") == 2 and "s > 0;" not in out
+    assert "v += __shfl_down_sync(0xffffffffu, v, offset);" in out
+    assert "if (blockDim.x >= 64) v += sdata[tid + 32];" in out
+    assert "v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));" in out
+    assert "if (tid == 0) smax[0] = v;" in out
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("reduce_sum<<<(n + 255) / 256, 256>>>", "reduce_sum<<<(n + 255) / 256, 16>>>"),
+    ("sdata[tid] += sdata[tid + s];", "sdata[tid] *= sdata[tid + s];"),
+    ("for (int s = blockDim.x / 2; s > 0; s >>= 1)", "for (int s = 128; s > 0; s >>= 1)"),
+    ("int tid = threadIdx.x;", "int tid = threadIdx.x + 1;"),
+])
+def test_warp_shuffle_reduction_negative(old: str, new: str) -> None:
+    src = REDUCE.replace(old, new, 1)
+    launcher = "void launch(const float* x, float* out, int n) {\n"
+    src = src.split("__global__ void reduce_max")[0] + launcher + src.split(launcher)[1]
+    src = src.replace("    reduce_max<<<1, 256>>>(x, out, n);\n", "")
+    assert apply("warp-shuffle-reduction", src) is None
+
+
+def test_fast_math_flags() -> None:
+    files = {"k.cu": ELEMENTWISE}
+    parent = Candidate(files=files, params={"BLOCK": "128"})
+    [cand] = rw.propose_rewrites(files, ["k.cu"], parent, only("fast-math-flags"))
+    assert cand.params == {"BLOCK": "128", "KFBOT_NVCC_FLAGS": "--use_fast_math"}
+    assert cand.files == files and cand.origin == "rules" and cand.parent == parent.hash
+    assert cand.rationale.startswith("fast-math-flags: ")
+    # already used, by the param or by a Python build string: nothing
+    again = Candidate(files=files, params=cand.params)
+    assert rw.propose_rewrites(files, ["k.cu"], again, only("fast-math-flags")) == []
+    py = 'cflags = ["--use_fast_math"]\nsrc = r"""__global__ void k() {}"""\n'
+    assert rw.propose_rewrites({"m.py": py}, ["m.py"], PARENT, only("fast-math-flags")) == []
+    # no kernel at all: nothing
+    assert rw.propose_rewrites({"b.cpp": "int f();\n"}, ["b.cpp"], PARENT,
+                               only("fast-math-flags")) == []
+
+
+# --- comments and strings, idempotence, files --------------------------------------------------
+
+
+def test_comments_and_strings_do_not_trigger() -> None:
+    for impl in rw.SOURCE_REWRITES.values():
+        assert impl(DECOYS) is None, impl.__name__
+
+
+@pytest.mark.parametrize("rewrite_id", [r for r in rw.SOURCE_REWRITES])
+@pytest.mark.parametrize("source", [ELEMENTWISE, RESTRICT, LOOPS, REDUCE, GELU.read_text()])
+def test_idempotent(rewrite_id: str, source: str) -> None:
+    impl = rw.SOURCE_REWRITES[rewrite_id]
+    once = impl(source)
+    if once is not None:
+        assert impl(once) is None
+
+
+def test_propose_on_gelu_fixture() -> None:
+    path = "csrc/gelu_kernel.cu"
+    files = {path: GELU.read_text(), "csrc/gelu.cpp": "// host binding\n"}
+    parent = Candidate(files=files)
+    cands = rw.propose_rewrites(files, [path], parent)
+    ids = [c.rationale.split(":")[0] for c in cands]
+    assert ids == ["restrict-pointers", "launch-bounds", "grid-stride-loop", "vectorize-float4",
+                   "fast-math-flags"]
+    for cand in cands:
+        assert cand.origin == "rules" and cand.parent == parent.hash
+        assert cand.files["csrc/gelu.cpp"] == "// host binding\n"
+    assert "float* __restrict__ y" in cands[0].files[path]
+    assert "__launch_bounds__(128) gelu_kernel" in cands[1].files[path]
+    assert "((n + 3) / 4 + kBlockSize - 1) / kBlockSize" in cands[3].files[path]
+
+
+def test_python_load_inline_string() -> None:
+    text = (ROOT / "fixtures/inline_softmax/softmax_inline.py").read_text()
+    out = rw.apply_to_file(rw.restrict_pointers, "softmax_inline.py", text)
+    assert out is not None
+    assert "const float* __restrict__ x, float* __restrict__ y, int64_t rows" in out
+    assert out.replace(" __restrict__", "") == text
+    compile(out, "softmax_inline.py", "exec")
+    bounds = rw.apply_to_file(rw.launch_bounds, "softmax_inline.py", text)
+    assert bounds is not None and "__launch_bounds__(128) softmax_kernel" in bounds
+    escaped = 'src = "__global__ void k(float* x) { }\\n"\n'  # escapes: left alone
+    assert rw.apply_to_file(rw.restrict_pointers, "m.py", escaped) is None
+
+
+def test_files_other_than_sources_are_left_alone() -> None:
+    assert rw.apply_to_file(rw.restrict_pointers, "notes.txt", RESTRICT) is None
+    assert rw.propose_rewrites({"k.cu": RESTRICT}, [], PARENT) == []
+
+
+# --- every rewritten output compiles --------------------------------------------------------------
+
+
+def _outputs() -> list[tuple[str, str]]:
+    out = []
+    for name, source in [("elementwise", ELEMENTWISE), ("restrict", RESTRICT),
+                         ("loops", LOOPS), ("reduce", REDUCE), ("gelu", GELU.read_text())]:
+        for rewrite_id, impl in rw.SOURCE_REWRITES.items():
+            new = impl(source)
+            if new is not None:
+                out.append((f"{name}-{rewrite_id}", new))
+    return out
+
+
+OUTPUTS = _outputs()
+
+
+def test_every_rewrite_has_a_compiled_example() -> None:
+    done = {case.split("-", 1)[1] for case, _ in OUTPUTS}
+    assert done == set(rw.SOURCE_REWRITES)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize(("case", "source"), OUTPUTS, ids=[c for c, _ in OUTPUTS])
+def test_rewritten_output_compiles(tmp_path: Path, case: str, source: str) -> None:
+    src = tmp_path / f"{case}.cu"
+    src.write_text(source)
+    result = subprocess.run(["nvcc", "-c", "-std=c++17", "-o", str(tmp_path / "x.o"), str(src)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
