@@ -15,7 +15,7 @@ from typing import Literal
 from kfbot.config import Config, TaskConfig
 from kfbot.errors import KfbotError
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
-from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest
+from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
 
 OpKind = Literal["module", "torch_op", "callable"]
 
@@ -50,6 +50,7 @@ class KernelTask:
     block: int | None = None  # the launch's block size, to localise tail mismatches
     in_place: bool = False
     flops: str | None = None  # FLOPs of one call, an expression over `args` (config)
+    tunables: tuple[Tunable, ...] = ()  # the numbers the search may change
 
 
 def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
@@ -74,6 +75,7 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         block=_block(kernel),
         in_place=task_cfg.in_place if task_cfg else False,
         flops=task_cfg.flops if task_cfg else None,
+        tunables=kernel.tunables,
     )
 
 

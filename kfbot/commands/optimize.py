@@ -1,0 +1,144 @@
+"""`kfbot optimize [kernel]`: search for a faster verified kernel within a budget."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from kfbot.commands.common import cache_dir
+from kfbot.config import load_config
+from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
+from kfbot.evaluate.engine import Engine, EngineSettings
+from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.scan.scanner import scan
+from kfbot.scan.select import select_kernel
+from kfbot.search.archive import Individual
+from kfbot.search.budget import Budget, Limits, parse_duration
+from kfbot.search.llm import NO_KEY_NOTICE, LlmMutator, LlmSettings
+from kfbot.search.runner import OptimizeSettings, make_plan, optimize
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("optimize", help="search for a faster, verified version of a kernel")
+    p.add_argument("kernel", nargs="?", help="kernel name (default: every kernel with a "
+                   "reference test, one after another)")
+    p.add_argument("--repo", type=Path, default=Path("."), help="repository folder (default .)")
+    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
+    p.add_argument("--budget-evals", type=int, default=64, metavar="N")
+    p.add_argument("--time", type=_duration, default=None, metavar="DURATION",
+                   help="wall-clock limit, e.g. 30m or 1h30m")
+    p.add_argument("--islands", type=int, default=4)
+    p.add_argument("--seed", type=int, default=None, help="default: a random seed, printed")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue a killed run")
+    p.add_argument("--no-llm", action="store_true", help="params and rules mutators only")
+    p.add_argument("--gpu", type=int, default=None)
+    p.add_argument("--dry-run", action="store_true",
+                   help="show what would be searched, without a GPU")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.budget_evals < 1 or args.islands < 1:
+        raise KfbotError("--budget-evals and --islands must be at least 1")
+    root = args.repo.resolve()
+    config = load_config(args.config, root)
+    kernels = scan(root, config).kernels
+    chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
+        [k for k in kernels if k.references]
+    if not chosen:
+        raise KfbotError(f"{root}: no kernel with a reference test to optimize")
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    settings = OptimizeSettings(islands=args.islands, seed=seed, evaluations=args.budget_evals,
+                                seconds=args.time)
+    console = Console()
+    worst = EXIT_OK
+    for kernel in chosen:
+        task = make_task(kernel, root, config)
+        worst = max(worst, _one(task, settings, args, console))
+    return worst
+
+
+def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
+         console: Console) -> int:
+    llm_state = "off (--no-llm)" if args.no_llm else \
+        ("on" if _has_key() else NO_KEY_NOTICE.removeprefix("llm mutator off: "))
+    for line in make_plan(task, settings, llm_state).lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if args.dry_run:
+        return EXIT_OK
+    run_id = args.resume or f"{task.kernel_name}-{settings.seed}"
+    run_dir = task.root / ".kfbot" / "runs" / run_id
+    engine = Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=args.gpu))
+    with engine:
+        engine.probe()  # no GPU: say so now, after the plan
+        base = engine.baseline()
+        if not base.ok:
+            raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
+                             f"{base.reason}")
+        llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
+        view = _View(settings.islands)
+        with Live(view.table(), console=console, refresh_per_second=4) as live:
+            def shown(ind: Individual) -> None:
+                view.add(ind)
+                live.update(view.table())
+
+            outcome = optimize(task, engine, settings, run_dir, llm, shown)
+    best = outcome.best
+    console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
+    if best is None:
+        console.print("no correct candidate beat the original", highlight=False)
+        return EXIT_FAILURE
+    console.print(f"best: {best.speedup or 0:.3f}x ({best.verdict}); run folder {run_dir}",
+                  highlight=False)
+    for what, path in outcome.files.items():
+        console.print(f"  {what}: {path}", highlight=False)
+    return EXIT_OK if best.publishable else EXIT_FAILURE
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _has_key() -> bool:
+    return bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())
+
+
+@dataclass
+class _Row:
+    evaluations: int = 0
+    best: float = 1.0
+    failed: dict[str, int] = field(default_factory=dict)
+
+
+class _View:
+    """Per island: evaluations, best speedup, failures by stage."""
+
+    def __init__(self, islands: int) -> None:
+        self.rows = {i: _Row() for i in range(islands)}
+
+    def add(self, ind: Individual) -> None:
+        row = self.rows[ind.island]
+        row.evaluations += 1
+        if ind.fitness is not None:
+            row.best = max(row.best, ind.fitness)
+        else:
+            row.failed[ind.stage] = row.failed.get(ind.stage, 0) + 1
+
+    def table(self) -> Table:
+        table = Table(title="kfbot optimize")
+        for col in ("island", "evaluations", "best speedup", "failures by stage"):
+            table.add_column(col)
+        for i, row in self.rows.items():
+            failed = ", ".join(f"{k} {v}" for k, v in sorted(row.failed.items())) or "-"
+            table.add_row(str(i), str(row.evaluations), f"{row.best:.3f}x", failed)
+        return table

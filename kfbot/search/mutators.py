@@ -1,0 +1,87 @@
+"""The mutators together: what an island proposes from a parent.
+
+Each island asks the mutators in its own rotating order (params, rules, llm), so the
+islands explore differently from the same start; a mutator with nothing new to offer
+is skipped. The LLM mutator's rejected edits go back into that island's next prompt.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.task import KernelTask
+from kfbot.search.archive import Individual
+from kfbot.search.llm import LlmMutator, PromptContext
+from kfbot.search.params import Knob, apply_point, propose_points
+from kfbot.search.rewrites import Rewrite, propose_rewrites
+
+ORDERS = (("params", "rules", "llm"), ("rules", "llm", "params"), ("llm", "params", "rules"))
+RECENT_FAILURES = 6
+
+
+@dataclass
+class Mutators:
+    task: KernelTask
+    knobs: Sequence[Knob]
+    rewrites: Sequence[Rewrite]
+    llm: LlmMutator | None = None
+    task_text: str = ""
+    batch: int = 2
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    failures: dict[int, list[str]] = field(default_factory=dict)
+    _points: set[tuple[str, ...]] = field(default_factory=set)
+
+    def base_files(self) -> dict[str, str]:
+        """The editable files as they are in the repository."""
+        out = {}
+        for rel in self.task.editable_files:
+            path = self.task.root / rel
+            if path.is_file():
+                out[rel] = path.read_text(errors="replace")
+        return out
+
+    def candidate(self, individual: Individual) -> Candidate:
+        return self.candidates.get(individual.hash, ORIGINAL)
+
+    def propose(self, island: int, parent: Individual, rng: random.Random) -> list[Candidate]:
+        cand = self.candidate(parent)
+        files = {**self.base_files(), **cand.files}
+        out: list[Candidate] = []
+        for name in ORDERS[island % len(ORDERS)]:
+            if len(out) >= self.batch:
+                break
+            out += self._one(name, island, cand, files, rng)
+        for c in out:
+            self.candidates.setdefault(c.hash, c)
+        return out
+
+    def _one(self, name: str, island: int, parent: Candidate, files: Mapping[str, str],
+             rng: random.Random) -> list[Candidate]:
+        if name == "params":
+            points = propose_points(self.knobs, parent, files, rng, self._points, 1)
+            made = [apply_point(self.knobs, p, files, parent) for p in points]
+            return [c for c in made if c is not None]
+        if name == "rules":
+            proposed = propose_rewrites(files, self.task.editable_files, parent, self.rewrites)
+            rng.shuffle(proposed)  # the island keeps those it has not seen, up to its batch
+            return proposed
+        if self.llm is None:
+            return []
+        proposal = self.llm.propose(self._context(island, files), parent)
+        if proposal.candidate is None:
+            self.note_failure(island, proposal.rejected or "the edit did not apply")
+            return []
+        return [proposal.candidate]
+
+    def _context(self, island: int, files: Mapping[str, str]) -> PromptContext:
+        return PromptContext(task=self.task_text, diagnosis="unknown", parent_files=dict(files),
+                             diagnostics=(), failures=tuple(self.failures.get(island, ())),
+                             lessons=(), meta_prompt="", editable=self.task.editable_files)
+
+    def note_failure(self, island: int, reason: str) -> None:
+        recent = self.failures.setdefault(island, [])
+        recent.append(reason[:300])
+        del recent[:-RECENT_FAILURES]

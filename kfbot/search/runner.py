@@ -1,0 +1,198 @@
+"""`kfbot optimize` for one kernel: plan, search, and what the search leaves behind.
+
+    plan = make_plan(task, settings, llm_on=False)       # no GPU needed
+    outcome = optimize(task, engine, settings, run_dir)  # the GPU search
+
+The search runs the islands over the engine (builds in parallel, GPU work in one
+worker); every evaluation is logged under the run folder so `--resume` continues a
+killed run. At the end the best candidate's patch, a Markdown and JSON report and the
+progress charts are written there, lessons go to the experience file, and a winner
+that is correct, cheat-free, significantly faster and not flagged for review is
+committed to a new local branch through a git worktree.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kfbot.anticheat.sources import units
+from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.engine import Engine
+from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.report import to_json as evaluation_json
+from kfbot.evaluate.report import to_markdown as evaluation_markdown
+from kfbot.evaluate.task import KernelTask
+from kfbot.search.archive import Individual
+from kfbot.search.branch import branch_name, write_branch
+from kfbot.search.budget import Budget, Limits
+from kfbot.search.experience import Lesson, append_lessons
+from kfbot.search.features import cell_of
+from kfbot.search.islands import IslandSearch, Outcome, RunLog, SearchResult, SearchSettings
+from kfbot.search.llm import LlmMutator
+from kfbot.search.model import Cell
+from kfbot.search.mutators import Mutators
+from kfbot.search.params import Knob, knobs, space_size
+from kfbot.search.report import (
+    best_so_far,
+    history_table,
+    mermaid_chart,
+    png_chart,
+    unified_patch,
+)
+from kfbot.search.rewrites import load_rewrites, propose_rewrites
+
+
+@dataclass(frozen=True)
+class OptimizeSettings:
+    islands: int = 4
+    seed: int = 0
+    evaluations: int | None = 64
+    seconds: float | None = None
+    tokens: int | None = None
+    usd: float | None = None
+    batch: int = 2
+    migrate_every: int = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernel_id: str
+    knobs: tuple[Knob, ...]
+    rewrites: tuple[str, ...]  # ids of the rewrites that apply to the original
+    llm: str  # "on" or why it is off
+    settings: OptimizeSettings
+
+    def lines(self) -> list[str]:
+        s = self.settings
+        budget = ", ".join(part for part in (
+            f"{s.evaluations} evaluations" if s.evaluations else "",
+            f"{s.seconds:.0f} s" if s.seconds else "",
+            f"{s.tokens} LLM tokens" if s.tokens else "",
+            f"${s.usd:.2f}" if s.usd else "") if part) or "unlimited"
+        out = [f"kernel {self.kernel_id}: {s.islands} islands, seed {s.seed}, budget {budget}"]
+        if self.knobs:
+            out.append(f"params: {len(self.knobs)} tunables, {space_size(self.knobs)} points")
+            out += [f"  {k.name} ({k.kind}, {k.file}:{k.line}) = {k.current}, tries "
+                    f"{', '.join(k.choices)}" for k in self.knobs]
+        else:
+            out.append("params: no numeric tunables found")
+        out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
+        out.append(f"llm: {self.llm}")
+        return out
+
+
+def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
+    mut = Mutators(task, knobs(task.tunables), load_rewrites())
+    files = mut.base_files()
+    applying = propose_rewrites(files, task.editable_files, ORIGINAL, load_rewrites())
+    ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
+    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
+
+
+@dataclass
+class OptimizeOutcome:
+    result: SearchResult
+    best: Evaluation | None
+    best_candidate: Candidate | None
+    spent: dict[str, float]
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
+    return cell_of([u.text for u in units(task, files)], task.block)
+
+
+def optimize(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_dir: Path,
+             llm: LlmMutator | None = None,
+             on_result: Callable[[Individual], None] | None = None) -> OptimizeOutcome:
+    """The search on the GPU. The engine's baseline must already have passed."""
+    log = RunLog(run_dir)
+    budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
+                           settings.usd), spent={"evaluations": len(log.load())})
+    mut = Mutators(task, knobs(task.tunables), load_rewrites(), llm,
+                   task_text=_task_text(task), batch=settings.batch)
+    original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
+                          "the original", "original", 0)
+    evaluations: dict[str, Evaluation] = {}
+
+    def evaluate(cands: Sequence[Candidate]) -> Iterable[tuple[Candidate, Outcome]]:
+        for cand, ev in engine.evaluate_many(cands):
+            evaluations[cand.hash] = ev
+            fitness = ev.speedup if ev.ok and ev.speedup is not None else None
+            yield cand, Outcome(cell_for(task, dict(cand.files)), fitness, ev.stage, ev.reason)
+
+    search = IslandSearch(original, mut.propose, evaluate, budget,
+                          SearchSettings(settings.islands, settings.migrate_every,
+                                         settings.batch, settings.seed), log, on_result)
+    result = search.run()
+    best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
+    best_eval = evaluations.get(best.hash) if best else None
+    best_cand = mut.candidates.get(best.hash) if best else None
+    outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent())
+    outcome.files = write_outputs(task, outcome, run_dir, settings)
+    return outcome
+
+
+def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
+                  settings: OptimizeSettings) -> dict[str, Path]:
+    """The run folder's report, patch and charts; lessons; the winner's branch."""
+    result, ev, cand = outcome.result, outcome.best, outcome.best_candidate
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    series = best_so_far(result.history, settings.islands)
+    if png_chart(series, run_dir / "progress.png", f"{task.kernel_name}: best speedup"):
+        files["chart"] = run_dir / "progress.png"
+    lines = [f"# kfbot optimize: {task.kernel_id}", "",
+             f"Stopped: {result.stopped}. Spent: {outcome.spent}.", ""]
+    if ev is not None and cand is not None:
+        lines += [evaluation_markdown(task.kernel_name, ev), "## Patch", "", "```diff",
+                  _patch(task, cand), "```", ""]
+        (run_dir / "best.patch").write_text(_patch(task, cand))
+        files["patch"] = run_dir / "best.patch"
+    lines += ["## Progress", "", mermaid_chart(series), "## Search history", "",
+              history_table(result.history)]
+    (run_dir / "report.md").write_text("\n".join(lines))
+    (run_dir / "report.json").write_text(json.dumps({
+        "kernel": task.kernel_id, "stopped": result.stopped, "spent": outcome.spent,
+        "best": evaluation_json(task.kernel_name, ev) if ev else None,
+        "history": [i.to_json() for i in result.history],
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }, indent=1))
+    files["report"] = run_dir / "report.md"
+    _lessons(task, outcome)
+    if ev is not None and cand is not None and ev.publishable and not cand.params:
+        name = branch_name(task.kernel_id, cand.short)
+        write_branch(task.root, dict(cand.files), name,
+                     f"kfbot: {task.kernel_name} {ev.speedup or 0:.2f}x faster\n\n"
+                     f"{cand.rationale}")
+        files["branch"] = Path(name)
+    return files
+
+
+def _patch(task: KernelTask, cand: Candidate) -> str:
+    originals = {p: (task.root / p).read_text() if (task.root / p).is_file() else None
+                 for p in cand.files}
+    return unified_patch(originals, dict(cand.files))
+
+
+def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
+    """Append what the run learned: the best change, and the failures by kind."""
+    ev, cand = outcome.best, outcome.best_candidate
+    gpu = str((ev.environment if ev else {}).get("gpu", "unknown GPU"))
+    today = datetime.date.today().isoformat()
+    found: list[Lesson] = []
+    if ev is not None and cand is not None and cand.origin in ("params", "rules", "llm"):
+        verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
+        found.append(Lesson(task.kernel_id, gpu, cand.rationale or "best candidate",
+                            cand.origin, verdict, ev.speedup or 1.0, None, ev.reason, today))
+    append_lessons(task.root / ".kfbot" / "experience.md", found)
+
+
+def _task_text(task: KernelTask) -> str:
+    refs = "; ".join(r.source for r in task.references if getattr(r, "source", None))
+    return (f"Op {task.op.module}.{task.op.name} (kernel {task.kernel_name}); editable files: "
+            f"{', '.join(task.editable_files)}; reference: {refs or 'the repository tests'}.")
