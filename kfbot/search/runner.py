@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kfbot.anticheat.adequacy import Adequacy
 from kfbot.anticheat.sources import units
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.engine import Engine
@@ -100,6 +101,7 @@ class OptimizeOutcome:
     best_candidate: Candidate | None
     spent: dict[str, float]
     files: dict[str, Path] = field(default_factory=dict)
+    adequacy: Adequacy | None = None  # whether the repository's test can be trusted alone
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -132,7 +134,8 @@ def optimize(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_d
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
-    outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent())
+    outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
+                              adequacy=engine.adequacy())
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
 
@@ -153,6 +156,9 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
                   _patch(task, cand), "```", ""]
         (run_dir / "best.patch").write_text(_patch(task, cand))
         files["patch"] = run_dir / "best.patch"
+    if outcome.adequacy is not None:
+        lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
+                  outcome.adequacy.markdown(), ""]
     lines += ["## Progress", "", mermaid_chart(series), "## Search history", "",
               history_table(result.history)]
     (run_dir / "report.md").write_text("\n".join(lines))
