@@ -11,14 +11,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import tree_sitter as ts
-import yaml
 
 from kfbot.anticheat.findings import Severity
+from kfbot.datafiles import check_unique_ids, read_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.scan import treesitter as tsx
 
@@ -65,17 +64,6 @@ class RuleQuery:
     owner: tuple[tuple[int, Scope], ...]  # per pattern: (index of its rule, its scope)
 
 
-def rules_dir() -> Path:
-    """The rules folder: the installed `kfbot.rules` data, else the checkout's rules/."""
-    try:
-        installed: Path | None = Path(str(resources.files("kfbot.rules") / RULES_FILE))
-    except (ImportError, TypeError, ValueError):
-        installed = None  # a source checkout where kfbot.rules is not importable as data
-    if installed is not None and installed.is_file():
-        return installed.parent
-    return Path(__file__).resolve().parents[2] / "rules"
-
-
 def load_rules(path: Path | None = None) -> tuple[Rule, ...]:
     """The rules in `path` (default: the shipped anticheat.yaml, read once per process)."""
     if path is None:
@@ -89,20 +77,8 @@ def _default_rules() -> tuple[Rule, ...]:
 
 
 def _load(path: Path) -> tuple[Rule, ...]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise KfbotError(f"{path}: cannot read the rule file: {e.strerror or e}") from e
-    except yaml.YAMLError as e:
-        raise KfbotError(f"{path}: not valid YAML: {e}") from e
-    if not isinstance(data, list):
-        raise KfbotError(f"{path}: expected a list of rules, got {type(data).__name__}")
-    rules = tuple(_rule(path, i, entry) for i, entry in enumerate(data))
-    seen: set[str] = set()
-    for rule in rules:
-        if rule.id in seen:
-            raise KfbotError(f"{path}: rule {rule.id}: the id is used twice")
-        seen.add(rule.id)
+    rules = tuple(_rule(path, i, entry) for i, entry in enumerate(read_entries(path, "rule")))
+    check_unique_ids(path, "rule", (r.id for r in rules))
     return _with_pattern_scopes(path, rules)
 
 

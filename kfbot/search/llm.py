@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import anthropic
-import yaml
 from anthropic.types import Message, MessageParam, TextBlockParam
 
-from kfbot.anticheat.rules import rules_dir
+from kfbot.datafiles import check_unique_ids, read_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.search.budget import Budget
@@ -82,20 +81,9 @@ def persona_for(diagnosis: str, personas: Mapping[str, Persona] | None = None) -
 
 
 def _load_personas(path: Path) -> dict[str, Persona]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise KfbotError(f"{path}: cannot read the persona file: {e.strerror or e}") from e
-    except yaml.YAMLError as e:
-        raise KfbotError(f"{path}: not valid YAML: {e}") from e
-    if not isinstance(data, list):
-        raise KfbotError(f"{path}: expected a list of personas, got {type(data).__name__}")
-    personas: dict[str, Persona] = {}
-    for index, entry in enumerate(data):
-        persona = _persona(path, index, entry)
-        if persona.id in personas:
-            raise KfbotError(f"{path}: persona {persona.id}: the id is used twice")
-        personas[persona.id] = persona
+    loaded = [_persona(path, i, e) for i, e in enumerate(read_entries(path, "persona"))]
+    check_unique_ids(path, "persona", (p.id for p in loaded))
+    personas = {p.id: p for p in loaded}
     missing = [d for d in DIAGNOSES if not any(p.when == d for p in personas.values())]
     if missing:
         raise KfbotError(f"{path}: no persona for {', '.join(missing)} "

@@ -21,9 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from kfbot.anticheat.rules import rules_dir
+from kfbot.datafiles import check_unique_ids, read_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
 from kfbot.scan import treesitter as tsx
@@ -65,20 +63,8 @@ def _default_rewrites() -> tuple[Rewrite, ...]:
 
 
 def _load(path: Path) -> tuple[Rewrite, ...]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise KfbotError(f"{path}: cannot read the rewrite file: {e.strerror or e}") from e
-    except yaml.YAMLError as e:
-        raise KfbotError(f"{path}: not valid YAML: {e}") from e
-    if not isinstance(data, list):
-        raise KfbotError(f"{path}: expected a list of rewrites, got {type(data).__name__}")
-    out = tuple(_entry(path, i, entry) for i, entry in enumerate(data))
-    seen: set[str] = set()
-    for rewrite in out:
-        if rewrite.id in seen:
-            raise KfbotError(f"{path}: rewrite {rewrite.id}: the id is used twice")
-        seen.add(rewrite.id)
+    out = tuple(_entry(path, i, e) for i, e in enumerate(read_entries(path, "rewrite")))
+    check_unique_ids(path, "rewrite", (r.id for r in out))
     return out
 
 
