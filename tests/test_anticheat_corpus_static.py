@@ -9,25 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.anticheat.corpus import Entry, load_corpus
+from kfbot.anticheat.corpus import Entry, load_corpus, task_for
 from kfbot.anticheat.rules import load_rules
-from kfbot.config import load_config
+from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
-from kfbot.evaluate.task import make_task
-from kfbot.scan.scanner import scan
-from kfbot.scan.select import select_kernel
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ENTRIES = load_corpus(FIXTURES / "cheats")
 STATIC_IDS = {r.id for r in load_rules()}
 
 
-def _findings(entry: Entry, tmp_path: Path) -> list[tuple[str, str]]:
-    root = FIXTURES / entry.fixture
-    config = load_config(None, root)
-    task = make_task(select_kernel(scan(root, config).kernels, entry.kernel), root, config)
+def _findings(entry: Entry, tmp_path: Path, candidate: Candidate | None = None
+              ) -> list[tuple[str, str]]:
+    task = task_for(FIXTURES / entry.fixture, entry.kernel, entry)
     engine = Engine(task, EngineSettings(cache_dir=tmp_path))
-    return [(f.check, f.severity) for f in engine.static_check(entry.candidate())]
+    return [(f.check, f.severity) for f in engine.static_check(candidate or entry.candidate())]
 
 
 def test_the_corpus_is_big_enough_and_covers_every_static_rule() -> None:
@@ -51,13 +47,6 @@ def test_static_layer_on_the_corpus(entry: Entry, tmp_path: Path) -> None:
 
 
 def test_a_fast_math_flag_is_reported_but_left_to_the_tolerance_gate(tmp_path: Path) -> None:
-    from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
-
     gelu = next(e for e in ENTRIES if e.fixture == "load_elementwise")
-    flagged = Entry("fast-math", "", gelu.fixture, gelu.kernel, "accepted")
-    root = FIXTURES / flagged.fixture
-    config = load_config(None, root)
-    task = make_task(select_kernel(scan(root, config).kernels, flagged.kernel), root, config)
-    engine = Engine(task, EngineSettings(cache_dir=tmp_path))
-    found = engine.static_check(Candidate(params={NVCC_FLAGS_PARAM: "--use_fast_math"}))
-    assert [(f.check, f.severity) for f in found] == [("fast-math", "warn")]
+    flagged = Candidate(params={NVCC_FLAGS_PARAM: "--use_fast_math"})
+    assert _findings(gelu, tmp_path, flagged) == [("fast-math", "warn")]

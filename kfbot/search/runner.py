@@ -88,8 +88,7 @@ class Plan:
 
 def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
     mut = Mutators(task, knobs(task.tunables), load_rewrites())
-    files = mut.base_files()
-    applying = propose_rewrites(files, task.editable_files, ORIGINAL, load_rewrites())
+    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
     return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
 
