@@ -165,6 +165,29 @@ class TaskConfig:
     line: int = field(default=0, compare=False, metadata=SOURCE_LINE)
 
 
+PERMISSIONS = ("read", "triage", "write", "maintain", "admin")
+
+
+def _speedup_problem(value: float) -> str | None:
+    ok = math.isfinite(value) and value >= 1.0
+    return None if ok else f"expected a speedup of at least 1.0, got {value}"
+
+
+@dataclass(frozen=True)
+class GithubConfig:
+    """How kfbot behaves on GitHub: pull requests it opens and comment commands it obeys."""
+
+    labels: tuple[Text, ...] = ("kfbot",)  # put on every pull request kfbot opens
+    draft: bool = False  # open pull requests as drafts
+    max_open_prs: Annotated[int, Check(_positive_problem)] = 5  # kfbot PRs open at once
+    base: str | None = None  # branch PRs target; default: the repository's default branch
+    # The least repository permission a commenter needs for `/kfbot ...` commands,
+    # read from the collaborator-permission endpoint, never from author_association.
+    min_permission: Literal["read", "triage", "write", "maintain", "admin"] = "write"
+    allow_forks: bool = False  # obey commands on PRs from forks (then only with sha=...)
+    min_speedup: Annotated[float, Check(_speedup_problem)] = 1.05  # publish only above this
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole file; `Config()` is what a repository without one gets."""
@@ -172,6 +195,7 @@ class Config:
     version: Annotated[int, Check(_version_problem)] = 1
     scan: ScanConfig = field(default_factory=ScanConfig)
     tasks: tuple[TaskConfig, ...] = ()
+    github: GithubConfig = field(default_factory=GithubConfig)
     # The file it was loaded from, relative to the root when inside it; None for defaults.
     path: str | None = field(default=None, compare=False, metadata=NOT_YAML)
 

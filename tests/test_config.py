@@ -423,3 +423,17 @@ def test_task_flops_expression(tmp_path: Path) -> None:
         "    flops: \"2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]\"\n")
     (task,) = load_config(None, tmp_path).tasks
     assert task.flops == "2 * args[0].shape[0] * args[0].shape[1] * args[1].shape[1]"
+
+
+def test_github_section_loads_and_rejects_unknown_keys(tmp_path: Path) -> None:
+    (tmp_path / "kfbot.yaml").write_text(
+        "github:\n  labels: [perf]\n  min_permission: maintain\n  max_open_prs: 2\n")
+    gh = load_config(None, tmp_path).github
+    assert (gh.labels, gh.min_permission, gh.max_open_prs, gh.allow_forks) == \
+        (("perf",), "maintain", 2, False)
+    (tmp_path / "kfbot.yaml").write_text("github:\n  min_permision: write\n")
+    with pytest.raises(KfbotError, match=r"kfbot.yaml:2: github.min_permision: unknown key"):
+        load_config(None, tmp_path)
+    (tmp_path / "kfbot.yaml").write_text("github:\n  min_speedup: 0.5\n")
+    with pytest.raises(KfbotError, match=r"at least 1\.0"):
+        load_config(None, tmp_path)
