@@ -103,3 +103,18 @@ def test_flagged_evaluations_are_never_publishable() -> None:
     flagged = Evaluation("h", "done", True, "correct", timings=(fast,),
                          findings=tuple(physics_findings([_timing(100.0, 5.0)], None)))
     assert flagged.ok and flagged.needs_review and not flagged.publishable
+
+
+def test_deferred_timed_checks_name_the_first_failing_trial() -> None:
+    import torch
+
+    from kfbot.evaluate.device.timing import Timed
+
+    timed = Timed({"original": [], "candidate": []},
+                  pending=[(1, torch.tensor(True)), (2, torch.tensor(False)),
+                           (3, torch.tensor(False))])
+    timed.settle()
+    assert timed.mismatch is not None and timed.mismatch.startswith("timed trial 2:")
+    honest = Timed({}, pending=[(1, torch.tensor(True)), (2, torch.tensor(True))])
+    honest.settle()
+    assert honest.mismatch is None and honest.pending == []

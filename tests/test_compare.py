@@ -281,3 +281,27 @@ def test_all_of_a_single_partial_block_wrong_is_a_tail_bug() -> None:
     some = expected.clone()
     some[:10] = -1.0
     assert compare(some, expected, Tolerance(1e-5, 1e-5), block=128).where != "tail_block"
+
+
+def test_within_passes_only_where_compare_passes() -> None:
+    from kfbot.evaluate.compare import within
+
+    tol = Tolerance(atol=1e-3, rtol=1e-3)
+    base = torch.linspace(-2, 2, 64)
+    cases = {
+        "equal": base.clone(),
+        "close": base + 5e-4,
+        "far": base + 1e-2,
+        "nan both": torch.where(base > 1, torch.nan, base),
+        "dtype": base.double(),
+        "shape": base[:32],
+    }
+    expected = {"nan both": torch.where(base > 1, torch.nan, base)}
+    seen = {}
+    for name, actual in cases.items():
+        want = expected.get(name, base)
+        seen[name] = within(actual, want, tol)
+        if seen[name]:  # never more lenient than the full comparison
+            assert compare(actual, want, tol).passed, name
+    assert seen == {"equal": True, "close": True, "far": False, "nan both": True,
+                    "dtype": False, "shape": False}

@@ -164,10 +164,8 @@ def compare(
     if actual.shape != expected.shape:
         return _shape_mismatch(actual, expected, dtype_ok)
     actual = actual.to(expected.device)
-    bad, errors = _mismatches(actual, expected, tol)
-    counts = _special_counts(actual, expected)
+    bad, errors, counts, mismatched = _verdict(actual, expected, tol)
     total = expected.numel()
-    mismatched = int(bad.sum())
     where, text = _locate(bad, actual, expected, block, errors)
     if not dtype_ok:
         problem = f"dtype {dtype_name(actual.dtype)} != expected {expected_name}"
@@ -245,39 +243,77 @@ def _work_dtype(actual: torch.Tensor, expected: torch.Tensor) -> torch.dtype:
     return torch.float32
 
 
-def _mismatches(
+def _verdict(
     actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance
-) -> tuple[torch.Tensor, tuple[float, float]]:
-    """The mask of mismatched elements, and (max abs error, max rel error)."""
+) -> tuple[torch.Tensor, tuple[float, float], tuple[int, int, int], int]:
+    """(mismatch mask, max errors, special counts, mismatched) with one synchronize:
+    comparisons run many times per candidate, and each `.item()` waits for the GPU."""
+    bad, diff = _mismatches_mask(actual, expected, tol)
+    if diff.numel() == 0:
+        return bad, (0.0, 0.0), _special_counts(actual, expected), 0
+    work = diff.dtype
+    a, e = actual.to(work), expected.to(work)
+    bad_special = bad & ~(a.isfinite() & e.isfinite())
+    rel = diff / e.abs().clamp_min(torch.finfo(work).tiny)
+    floats = (actual.is_floating_point(), actual.is_floating_point(),
+              expected.is_floating_point())
+    f64 = torch.float64  # counts beyond 2**24 stay exact
+    zero = torch.zeros((), dtype=f64, device=diff.device)
+    stats = torch.stack([
+        diff.max().to(f64), rel.max().to(f64), bad_special.any().to(f64), bad.sum().to(f64),
+        a.isnan().sum().to(f64) if floats[0] else zero,
+        a.isinf().sum().to(f64) if floats[1] else zero,
+        e.isnan().sum().to(f64) if floats[2] else zero,
+    ]).tolist()
+    errors = (math.inf, math.inf) if stats[2] else (float(stats[0]), float(stats[1]))
+    counts = (int(stats[4]), int(stats[5]), int(stats[6]))
+    return bad, errors, counts, int(stats[3])
+
+
+def within(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> bool:
+    """True only where `compare` would pass: same shape and dtype, every element close.
+
+    One reduction and one synchronize; False means "look closer with `compare`", not
+    necessarily a mismatch.
+    """
+    ok = close_all(actual, expected, tol)
+    return bool(ok) if isinstance(ok, bool) else bool(ok.item())
+
+
+def close_all(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance
+              ) -> torch.Tensor | bool:
+    """Whether every element is close, as a 0-dim bool tensor left on the device (no
+    synchronize: checks made on every timed trial are read once, at the end), or a
+    plain False when shape, dtype or device already say no."""
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return False
+    if actual.device != expected.device:
+        return False
+    if actual.numel() == 0:
+        return True
+    bad, _ = _mismatches_mask(actual, expected, tol)
+    return ~bad.any()
+
+
+def _mismatches_mask(
+    actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask of mismatched elements and the finite |a - e| (no reductions)."""
     work = _work_dtype(actual, expected)
     a, e = actual.to(work), expected.to(work)
     finite = a.isfinite() & e.isfinite()
     diff = torch.where(finite, (a - e).abs(), 0.0)
     if _exact_integers(actual, expected, tol):
         # Integers are compared as integers: float64 cannot hold every int64.
-        bad = actual.ne(expected)
-    else:
-        close = finite & (diff <= tol.atol + tol.rtol * e.abs())
-        same_special = (a.isnan() & e.isnan()) | (e.isinf() & a.eq(e))
-        bad = ~(close | same_special)
-    return bad, _max_errors(diff, e, bad & ~finite)
+        return actual.ne(expected), diff
+    close = finite & (diff <= tol.atol + tol.rtol * e.abs())
+    same_special = (a.isnan() & e.isnan()) | (e.isinf() & a.eq(e))
+    return ~(close | same_special), diff
 
 
 def _exact_integers(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> bool:
     floating = actual.is_floating_point() or expected.is_floating_point()
     return not floating and tol.atol == 0 and tol.rtol == 0
-
-
-def _max_errors(
-    diff: torch.Tensor, e: torch.Tensor, bad_special: torch.Tensor
-) -> tuple[float, float]:
-    if diff.numel() == 0:
-        return 0.0, 0.0
-    if bool(bad_special.any()):
-        return math.inf, math.inf  # a NaN or Inf out of place is an unbounded error
-    tiny = torch.finfo(diff.dtype).tiny
-    rel = diff / e.abs().clamp_min(tiny)
-    return float(diff.max()), float(rel.max())
 
 
 def _special_counts(actual: torch.Tensor, expected: torch.Tensor) -> tuple[int, int, int]:

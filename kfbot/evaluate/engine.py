@@ -93,7 +93,8 @@ class Engine:
         if not self.device:
             result = self.session.call(
                 f"{JOBS}:probe",
-                {"peaks": self.settings.measure_peaks},
+                {"peaks": self.settings.measure_peaks,
+                 "warm_profiler": self.settings.runtime_checks},
                 timeout_s=self.settings.job_timeout_s,
             )
             if not result.ok or result.value is None:
@@ -324,9 +325,12 @@ class Engine:
             )
         timings = shape_timings(value.get("bench") or [], seed=0, peaks=self.device.get("peaks"))
         bad = next((c for c in checks if not c.passed), None)
+        phases = {k: float(v) for k, v in value.get("phases", {}).items()}
         if bad is not None:
-            return self._rejected(digest, bad, baseline, resources, checks, env, timings)
+            return replace(self._rejected(digest, bad, baseline, resources, checks, env,
+                                          timings), phases=phases)
         return Evaluation(
+            phases=phases,
             candidate=digest,
             stage="done",
             ok=True,

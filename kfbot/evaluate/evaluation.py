@@ -93,6 +93,8 @@ class Evaluation:
     eval_seconds: float = 0.0
     environment: Mapping[str, Any] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()  # anti-cheating: what rejected it, warnings, flags
+    # Where the GPU worker's time went (load, inputs, verify, bench, probes...), seconds.
+    phases: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def needs_review(self) -> bool:

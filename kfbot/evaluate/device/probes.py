@@ -1,6 +1,6 @@
 """Runtime anti-cheating probes inside the worker.
 
-* Poison: before a call, the allocator cache is emptied and refilled with a byte
+* Poison: before a call, every free block of the allocator cache is filled with a byte
   pattern, so any output element the op does not write (or memory it reuses from an
   earlier call or the reference) holds the pattern and cannot pass for a result.
 * Inputs: snapshots before a call, compared bit for bit afterwards.
@@ -30,29 +30,48 @@ _MIN_LARGE = 64 << 20
 def poison(byte: int, nbytes: int) -> None:
     """Leave every block the allocator could hand out filled with `byte`.
 
-    Emptying the cache releases whole free segments; the free blocks left inside
-    segments still in use (where the reference's or the original's freed outputs
-    sit) are each taken and filled; then fresh large and small blocks are added, so
-    the op's next allocations find nothing but the pattern. Whatever the op leaves
-    unwritten, or reads without writing, then shows the pattern.
+    Every free block in the cache is taken and filled: the blocks left in segments
+    still in use (where the reference's or the original's freed outputs sit) and the
+    wholly free segments alike. Fresh large and small blocks are added only when the
+    cache holds too little free memory for the op's outputs, so the op's next
+    allocations find nothing but the pattern and need no new segment, whose memory
+    could hold anything. Nothing is released to the driver, which keeps this cheap
+    enough to run before every checked call.
     """
     torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    held = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in _free_blocks()]
-    held.append(torch.empty(max(_MIN_LARGE, 2 * nbytes), dtype=torch.uint8, device="cuda"))
-    held += [torch.empty(_SMALL_BLOCK, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    free = _free_blocks()
+    held = [torch.empty(part, dtype=torch.uint8, device="cuda")
+            for size, small in free for part in _requests(size, small)]
+    large = max(_MIN_LARGE, 2 * nbytes)
+    if not any(size >= large for size, small in free if not small):
+        held.append(torch.empty(large, dtype=torch.uint8, device="cuda"))
+    small_free = sum(size for size, small in free if small)
+    held += [torch.empty(_SMALL_BLOCK, dtype=torch.uint8, device="cuda")
+             for _ in range(max(0, 4 - small_free // _SMALL_BLOCK))]
     for block in held:
         block.fill_(byte)
     torch.cuda.synchronize()
     del held  # back to the cache, contents kept
 
 
-def _free_blocks() -> list[int]:
-    """Sizes of the cached blocks not in use. Asking for exactly a free block's size
-    gets that block back: the allocator takes the smallest free block that fits."""
+def _requests(size: int, small: bool) -> list[int]:
+    """Allocation sizes that take a free block of `size`: a small-pool block larger than
+    the small-pool limit (a wholly free 2 MiB segment) is taken in parts, since one
+    request of its whole size would be served from the large pool instead."""
+    if not small or size <= _SMALL_BLOCK:
+        return [size]
+    return [_SMALL_BLOCK] * (size // _SMALL_BLOCK) + ([size % _SMALL_BLOCK] if size % _SMALL_BLOCK
+                                                      else [])
+
+
+def _free_blocks() -> list[tuple[int, bool]]:
+    """(size, in the small pool) of the cached blocks not in use, largest first. Asking
+    for exactly a free block's size gets that block back: the allocator takes the
+    smallest free block that fits, from the pool the size belongs to."""
     sizes = []
     for segment in torch.cuda.memory_snapshot():
-        sizes += [b["size"] for b in segment["blocks"] if b["state"] == "inactive"]
+        small = segment.get("segment_type") == "small"
+        sizes += [(b["size"], small) for b in segment["blocks"] if b["state"] == "inactive"]
     return sorted(sizes, reverse=True)
 
 

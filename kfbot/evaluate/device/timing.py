@@ -11,7 +11,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -87,13 +87,27 @@ def rse(samples: Sequence[float]) -> float:
     return statistics.stdev(samples) / math.sqrt(len(samples)) / statistics.fmean(samples)
 
 
-Check = Callable[[Mapping[str, Any]], str | None]
+# A trial's outputs by name -> None (fine), a problem, or a 0-dim bool tensor on the GPU
+# (True: fine) that is read after the last trial, so checking costs no synchronize.
+Check = Callable[[Mapping[str, Any]], "str | torch.Tensor | None"]
 
 
 @dataclass
 class Timed:
     samples: dict[str, list[float]]
     mismatch: str | None = None  # what `check` said of the first timed outputs it rejected
+    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """Read the deferred verdicts: the first trial that failed one is the mismatch."""
+        if self.pending and self.mismatch is None:
+            flags = torch.stack([flag for _, flag in self.pending]).tolist()
+            failed = next((trial for (trial, _), ok in zip(self.pending, flags, strict=True)
+                           if not ok), None)
+            if failed is not None:
+                self.mismatch = (f"timed trial {failed}: an output is not within the "
+                                 "tolerance of the original's")
+        self.pending = []
 
 
 def interleaved(
@@ -125,11 +139,14 @@ def interleaved(
             timed.samples[name].append(micros)
         if check is not None and timed.mismatch is None:
             problem = check(outputs)
-            if problem is not None:
+            if isinstance(problem, torch.Tensor):
+                timed.pending.append((trial + 1, problem))
+            elif problem is not None:
                 timed.mismatch = f"timed trial {trial + 1}: {problem}"
-        del outputs
+        del outputs  # a deferred check's kernels are queued already: stream order holds
         if _done(timed.samples, trial + 1, time.monotonic() - started, settings):
             break
+    timed.settle()
     global _last_timed
     _last_timed = time.monotonic()
     return timed

@@ -16,7 +16,13 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import Comparison, Tolerance, compare, dtype_name, tolerance_for
+from kfbot.evaluate.compare import (
+    Comparison,
+    Tolerance,
+    compare,
+    dtype_name,
+    tolerance_for,
+)
 from kfbot.evaluate.device.probes import (
     POISON_FINITE,
     POISON_NAMES,
