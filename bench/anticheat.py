@@ -86,6 +86,8 @@ def overhead(console: Console, cache: Path, honest: list[Entry], timing: dict[st
         wall = time.monotonic() - started
         if not builds:  # the first pass builds every candidate (unless the cache has it)
             builds = [o.evaluation.build_seconds for o in outcomes]
+            console.print(f"  builds: {statistics.fmean(builds):.1f} s per candidate "
+                          f"(min {min(builds):.1f}, max {max(builds):.1f})", highlight=False)
         totals[runtime].append(sum(o.evaluation.eval_seconds for o in outcomes))
         later = _after_first_per_session(outcomes)
         steady[runtime].append(statistics.fmean(later) if later else math.nan)

@@ -128,7 +128,8 @@ def _verify_candidate(
     if checked and all(r["passed"] for r in records):
         fresh = _fresh_inputs(checked[0], payload)
         with _phase(phases, "repeat-calls"):
-            records += repeat_records(candidate, original, fresh, REPEAT_CALLS, ctx)
+            records += repeat_records(candidate, original, fresh, REPEAT_CALLS, ctx,
+                                      references)
     return records
 
 
