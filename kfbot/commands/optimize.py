@@ -41,6 +41,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--gpu", type=int, default=None)
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
+    pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
+    pub.add_argument("--publish", action="store_true",
+                     help="push branch kfbot/<kernel> and open or update its pull request")
+    pub.add_argument("--repo-slug", metavar="OWNER/NAME",
+                     help="the GitHub repository (default: from the remote's URL)")
+    pub.add_argument("--remote", default="origin", help="git remote to push to (default origin)")
+    pub.add_argument("--draft", action="store_true", default=None,
+                     help="open the pull request as a draft (default: github.draft)")
+    pub.add_argument("--publish-dry-run", type=Path, metavar="DIR",
+                     help="write the pull request body and diff to DIR; push nothing")
     p.set_defaults(run=run)
 
 
@@ -99,7 +109,14 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
                   highlight=False)
     for what, path in outcome.files.items():
         console.print(f"  {what}: {path}", highlight=False)
-    return EXIT_OK if best.publishable else EXIT_FAILURE
+    code = EXIT_OK if best.publishable else EXIT_FAILURE
+    if args.publish or args.publish_dry_run:
+        from kfbot.github.publish import publish_after_run  # PyGithub only when publishing
+
+        published = publish_after_run(task, outcome, settings.islands, args)
+        console.print(published.message, highlight=False, markup=False, soft_wrap=True)
+        code = max(code, EXIT_FAILURE if published.operation == "skipped" else EXIT_OK)
+    return code
 
 
 def _duration(text: str) -> float:

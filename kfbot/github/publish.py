@@ -1,0 +1,387 @@
+"""Publish a verified winner as a pull request: one branch and one PR per kernel.
+
+    result = publish(Winner(root, kernel_id, name, files, evaluation, ...),
+                     PublishSettings(github=config.github, repo_slug="octo/kernels"))
+    result.operation   # "created" | "updated" | "unchanged" | "skipped" | "dry-run"
+
+The kernel's files and the run's lessons are committed in a temporary worktree on top
+of the remote's base branch (config `github.base`, else the repository's default) and
+pushed to `kfbot/<kernel>` with `--force-with-lease`, so the user's checkout is never
+touched and a branch that moved is never overwritten. The PR is found again by the
+hidden marker in its body, which also records the commit kfbot last pushed: when the
+branch's head is anything else, a person has pushed to it, and kfbot leaves branch and
+PR alone and says so. `dry_run_dir` writes the body and the diff there instead, with no
+network at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from github.PullRequest import PullRequest
+
+from kfbot.anticheat.adequacy import Adequacy
+from kfbot.config import GithubConfig, load_config
+from kfbot.errors import KfbotError
+from kfbot.evaluate.evaluation import Evaluation
+from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call, connect, find_token
+from kfbot.github.api import repository as open_repository
+from kfbot.github.markers import find_pr_marker, pr_marker
+from kfbot.github.prbody import Previous, PrReport, render, run_url, title
+from kfbot.search.archive import Individual
+from kfbot.search.branch import (
+    TRAILER,
+    Commit,
+    auth_env,
+    commit_detached,
+    diff,
+    fetch,
+    foreign_commits,
+    local_base,
+    open_repo,
+    pr_branch,
+    push_with_lease,
+    remote_heads,
+    remote_url,
+    tree_of,
+)
+from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
+
+if TYPE_CHECKING:  # the comment bot imports this module; it must not pull in the engine
+    from kfbot.evaluate.task import KernelTask
+    from kfbot.search.runner import OptimizeOutcome
+
+T = TypeVar("T")
+Operation = Literal["created", "updated", "unchanged", "skipped", "dry-run"]
+_SLUG_IN_PATH = re.compile(r"/?(?P<slug>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?")
+
+
+@dataclass(frozen=True)
+class Winner:
+    """What a run found, as plain values (no GPU needed to publish it)."""
+
+    root: Path  # the task's root: the repository or a folder inside it
+    kernel_id: str
+    kernel_name: str
+    files: Mapping[str, str]  # path relative to `root` -> the new full text
+    evaluation: Evaluation
+    rationale: str = ""
+    lessons: tuple[Lesson, ...] = ()  # the run's lessons, for the experience file
+    adequacy: Adequacy | None = None
+    history: tuple[Individual, ...] = ()
+    islands: int = 1
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    github: GithubConfig = field(default_factory=GithubConfig)
+    repo_slug: str | None = None  # owner/name; default: from the remote's URL
+    remote: str = "origin"
+    draft: bool | None = None  # None: github.draft
+    dry_run_dir: Path | None = None  # write the body and diff here; no push, no API
+    token: str | None = None  # default: $GITHUB_TOKEN, else $GH_TOKEN
+    base_url: str | None = None  # default: $GITHUB_API_URL, else api.github.com
+    env: Mapping[str, str] | None = None  # default: os.environ
+    retry: Retry = DEFAULT_RETRY
+    read_interval: float = 0.25  # seconds between API requests (see api.connect)
+    write_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    operation: Operation
+    message: str  # one line a person reads
+    branch: str
+    url: str | None = None
+    number: int | None = None
+    sha: str | None = None  # the branch head kfbot published
+    files: tuple[Path, ...] = ()  # what a dry run wrote
+
+    def outputs(self) -> dict[str, str]:
+        """The GitHub Action's outputs."""
+        return {"pr-url": self.url or "", "pr-number": str(self.number or ""),
+                "pr-operation": self.operation}
+
+
+def refusal(ev: Evaluation, cfg: GithubConfig) -> str | None:
+    """Why this evaluation may not be published, or None when it may."""
+    if not ev.ok:
+        return f"the candidate was rejected at {ev.stage}: {ev.reason}"
+    if ev.needs_review:
+        return "a physics-floor finding needs a person's review before it is published"
+    if ev.verdict != "faster":
+        return f"the benchmark verdict is {ev.verdict or 'missing'}, not faster"
+    if (ev.speedup or 0.0) < cfg.min_speedup:
+        return f"{ev.speedup or 0:.2f}x is below github.min_speedup ({cfg.min_speedup:.2f}x)"
+    return None
+
+
+def publish(winner: Winner, settings: PublishSettings) -> PublishResult:
+    """Push the winner's branch and create or update its pull request (or dry-run it)."""
+    branch = pr_branch(winner.kernel_id)
+    why = refusal(winner.evaluation, settings.github)
+    if why is not None:
+        return PublishResult("skipped", f"not published: {why}", branch)
+    if settings.dry_run_dir is not None:
+        return _dry_run(winner, settings, branch, settings.dry_run_dir)
+    return _Publisher(winner, settings, branch).run()
+
+
+def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
+                      args: argparse.Namespace) -> PublishResult:
+    """`kfbot optimize --publish`: publish the run's winner with the command's options
+    (`--repo-slug`, `--remote`, `--draft`, `--publish-dry-run`) and the config."""
+    settings = PublishSettings(github=load_config(args.config, task.root).github,
+                               repo_slug=args.repo_slug, remote=args.remote, draft=args.draft,
+                               dry_run_dir=args.publish_dry_run)
+    ev, cand = outcome.best, outcome.best_candidate
+    branch = pr_branch(task.kernel_id)
+    if ev is None or cand is None:
+        return PublishResult("skipped", "not published: no correct candidate beat the original",
+                             branch)
+    if cand.params:
+        names = ", ".join(sorted(cand.params))
+        return PublishResult("skipped", f"not published: the winner sets build parameters "
+                             f"({names}), which kfbot cannot commit as file changes", branch)
+    experience = task.root / DEFAULT_PATH
+    lessons = tuple(lesson for lesson in (read_lessons(experience) if experience.is_file()
+                                          else ()) if lesson.kernel == task.kernel_id)
+    winner = Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
+                    cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
+                    islands)
+    return publish(winner, settings)
+
+
+def slug_of(url: str) -> str | None:
+    """`owner/name` from a GitHub remote URL (https, ssh or scp-like), or None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("https", "http", "ssh", "git"):
+        path = parts.path
+    elif "://" not in url and re.match(r"[^/:]+:", url):  # git@github.com:owner/name.git
+        path = url.split(":", 1)[1]
+    else:
+        return None  # a local path or file:// URL names no GitHub repository
+    match = _SLUG_IN_PATH.fullmatch(path)
+    return match["slug"] if match else None
+
+
+def commit_message(winner: Winner) -> str:
+    ev = winner.evaluation
+    return (f"kfbot: {winner.kernel_name} {ev.speedup or 0:.2f}x faster\n\n"
+            f"{winner.rationale or 'A faster version of the kernel, verified by kfbot.'}\n\n"
+            f"{TRAILER}: {winner.kernel_id}\n")
+
+
+def _report(winner: Winner, commit: Commit, branch: str, base: str,
+            previous: Previous | None, env: Mapping[str, str]) -> PrReport:
+    return PrReport(winner.kernel_id, winner.kernel_name, winner.evaluation,
+                    tuple(sorted(winner.files)), winner.rationale, winner.adequacy,
+                    winner.history, winner.islands, commit.lessons_added, base, branch,
+                    previous, run_url(env))
+
+
+def _marker(winner: Winner, sha: str) -> str:
+    ev = winner.evaluation
+    return pr_marker(winner.kernel_id, sha=sha, candidate=ev.candidate,
+                     speedup=f"{ev.speedup or 0:.3f}")
+
+
+def _dry_run(winner: Winner, settings: PublishSettings, branch: str,
+             out: Path) -> PublishResult:
+    repo, rel_root = open_repo(winner.root)
+    base, base_sha = local_base(repo, settings.remote, settings.github.base)
+    commit = commit_detached(repo, rel_root, base_sha, winner.files, commit_message(winner),
+                             winner.lessons)
+    env = os.environ if settings.env is None else settings.env
+    body = render(_report(winner, commit, branch, base, None, env), _marker(winner, commit.sha))
+    out.mkdir(parents=True, exist_ok=True)
+    written = (out / "pr-body.md", out / "pr.diff", out / "pr.json")
+    written[0].write_text(body)
+    written[1].write_text(diff(repo, base_sha, commit.sha))
+    written[2].write_text(json.dumps({
+        "title": title(winner.kernel_name, winner.evaluation), "branch": branch, "base": base,
+        "labels": list(settings.github.labels), "draft": _draft(settings),
+        "commit_message": commit_message(winner)}, indent=1) + "\n")
+    return PublishResult("dry-run", f"dry run: wrote {out}/pr-body.md, pr.diff and pr.json; "
+                         "nothing pushed, GitHub not called", branch, sha=commit.sha,
+                         files=written)
+
+
+def _draft(settings: PublishSettings) -> bool:
+    return settings.github.draft if settings.draft is None else settings.draft
+
+
+def _same_result(previous: Previous | None, ev: Evaluation) -> bool:
+    """Whether the PR already reports this very candidate and speedup."""
+    return previous is not None and previous.candidate == ev.candidate and \
+        previous.speedup == round(ev.speedup or 0.0, 3)
+
+
+def _previous(pr: PullRequest | None, kernel_id: str) -> Previous | None:
+    fields = find_pr_marker(pr.body or "", kernel_id) if pr is not None else None
+    if fields is None or "sha" not in fields:
+        return None
+    try:
+        speedup: float | None = float(fields.get("speedup", ""))
+    except ValueError:
+        speedup = None
+    return Previous(speedup, fields.get("candidate", ""), fields["sha"])
+
+
+class _Publisher:
+    """One publish against GitHub; each step reads top down in `run`."""
+
+    def __init__(self, winner: Winner, settings: PublishSettings, branch: str) -> None:
+        self.w, self.s, self.branch = winner, settings, branch
+        self.env = os.environ if settings.env is None else settings.env
+        self.repo, self.rel_root = open_repo(winner.root)
+
+    def run(self) -> PublishResult:
+        token = find_token(self.s.token, self.env)  # before any network: say it plainly
+        url = remote_url(self.repo, self.s.remote)
+        self.fetch_url, self.push_url = url, remote_url(self.repo, self.s.remote, push=True)
+        self.git_env = auth_env(url, token)
+        self.push_env = auth_env(self.push_url, token)
+        slug = self.s.repo_slug or slug_of(url) or self.env.get("GITHUB_REPOSITORY")
+        if not slug:
+            raise KfbotError(f"cannot tell the GitHub repository from remote {self.s.remote!r} "
+                             f"({_safe_url(url)}); pass --repo-slug owner/name")
+        gh = connect(token, self.s.base_url, env=self.env, read_interval=self.s.read_interval,
+                     write_interval=self.s.write_interval)
+        self.gh_repo = open_repository(gh, slug, self.s.retry)
+        self.slug, self.base = slug, self.s.github.base or self.gh_repo.default_branch
+        return self._publish(self._open_prs())
+
+    def _open_prs(self) -> list[PullRequest]:
+        return self._call(lambda: list(self.gh_repo.get_pulls(state="open")),
+                          f"listing the open pull requests of {self.gh_repo.full_name}")
+
+    def _publish(self, open_prs: list[PullRequest]) -> PublishResult:
+        ours = [p for p in open_prs if find_pr_marker(p.body or "")]
+        existing = next((p for p in ours if self._on_branch(p)
+                         and find_pr_marker(p.body or "", self.w.kernel_id)), None)
+        other = next((p for p in open_prs if self._on_branch(p) and p is not existing), None)
+        if other is not None:
+            return self._skip(f"pull request #{other.number} already uses branch {self.branch} "
+                              "and was not opened by kfbot: leaving it alone", other)
+        cap = self.s.github.max_open_prs
+        if existing is None and len(ours) >= cap:
+            return self._skip(f"{len(ours)} kfbot pull requests are open and "
+                              f"github.max_open_prs is {cap}: merge or close one first")
+        return self._push_and_write(existing)
+
+    def _push_and_write(self, existing: PullRequest | None) -> PublishResult:
+        base_sha, remote_sha = self._remote_state()
+        previous = _previous(existing, self.w.kernel_id)
+        person = self._person_pushed(remote_sha, base_sha, previous) if remote_sha else None
+        if person:
+            return self._skip(person, existing)
+        commit = commit_detached(self.repo, self.rel_root, base_sha, self.w.files,
+                                 commit_message(self.w), self.w.lessons)
+        same_tree = remote_sha is not None and tree_of(self.repo, remote_sha) == commit.tree
+        head = remote_sha if same_tree and remote_sha else commit.sha
+        if not same_tree and not push_with_lease(self.repo, self.push_url, commit.sha,
+                                                 self.branch, remote_sha, self.push_env):
+            return self._skip(f"branch {self.branch} moved while kfbot was pushing: someone "
+                              "else pushed to it; nothing was overwritten", existing)
+        if existing is not None and same_tree and _same_result(previous, self.w.evaluation):
+            return self._result("unchanged", existing, head, "nothing new for")
+        report = _report(self.w, commit, self.branch, self.base, previous, self.env)
+        body = render(report, _marker(self.w, head))
+        if existing is None:
+            return self._create(body, head)
+        return self._update(existing, body, head, pushed=not same_tree, previous=previous)
+
+    def _remote_state(self) -> tuple[str, str | None]:
+        """The base branch's sha and the kfbot branch's (None: absent), both fetched."""
+        heads = remote_heads(self.repo, self.fetch_url, [self.base, self.branch], self.git_env)
+        if self.base not in heads:
+            raise KfbotError(f"the remote {self.s.remote!r} has no branch {self.base!r} to open "
+                             "the pull request against (github.base)")
+        base_sha = fetch(self.repo, self.fetch_url, self.base, self.git_env)
+        remote_sha = heads.get(self.branch)
+        if remote_sha is not None:
+            remote_sha = fetch(self.repo, self.fetch_url, self.branch, self.git_env)
+        return base_sha, remote_sha
+
+    def _person_pushed(self, remote_sha: str, base_sha: str,
+                       previous: Previous | None) -> str | None:
+        """Why the remote branch is not kfbot's to overwrite, or None when it is."""
+        if previous is not None:
+            if previous.sha == remote_sha:
+                return None
+            return (f"branch {self.branch} has commits kfbot did not push (head "
+                    f"{remote_sha[:10]}, kfbot last pushed {previous.sha[:10]}): not "
+                    "overwriting them; merge or close the pull request, or delete the branch, "
+                    "for kfbot to publish again")
+        foreign = foreign_commits(self.repo, base_sha, remote_sha, self.w.kernel_id)
+        if foreign:
+            return (f"branch {self.branch} exists with {len(foreign)} commit(s) kfbot did not "
+                    f"make (e.g. {foreign[0][:10]}): not overwriting it; delete the branch "
+                    "for kfbot to publish again")
+        return None
+
+    def _create(self, body: str, head: str) -> PublishResult:
+        heading = title(self.w.kernel_name, self.w.evaluation)
+        what = f"creating the pull request {self.branch} -> {self.base}"
+        try:
+            pr = self._call(lambda: self.gh_repo.create_pull(
+                title=heading, body=body, head=self.branch, base=self.base,
+                draft=_draft(self.s)), what)
+        except GitHubError as exc:
+            if exc.status != 422 or "already exists" not in exc.detail:
+                raise
+            found = self._call(lambda: list(self.gh_repo.get_pulls(
+                state="open", head=f"{self.slug.split('/')[0]}:{self.branch}")), what)
+            if not found:
+                raise
+            return self._update(found[0], body, head, pushed=True, previous=None)
+        if self.s.github.labels:
+            labels = list(self.s.github.labels)
+            self._call(lambda: pr.add_to_labels(*labels), f"labelling pull request #{pr.number}")
+        return self._result("created", pr, head, "opened")
+
+    def _update(self, pr: PullRequest, body: str, head: str, pushed: bool,
+                previous: Previous | None) -> PublishResult:
+        heading = title(self.w.kernel_name, self.w.evaluation)
+        self._call(lambda: pr.edit(title=heading, body=body),
+                   f"updating pull request #{pr.number}")
+        if pushed:
+            before = f"{previous.speedup:.2f}x" if previous and previous.speedup else "the last run"
+            note = (f"kfbot pushed a new version ({head[:10]}): {before} → "
+                    f"{self.w.evaluation.speedup or 0:.2f}x. The description has the new "
+                    "evidence.")
+            self._call(lambda: pr.create_issue_comment(note),
+                       f"commenting on pull request #{pr.number}")
+        return self._result("updated", pr, head, "updated")
+
+    def _on_branch(self, pr: PullRequest) -> bool:
+        repo = pr.head.repo
+        return pr.head.ref == self.branch and repo is not None and repo.full_name == self.slug
+
+    def _skip(self, why: str, pr: PullRequest | None = None) -> PublishResult:
+        return PublishResult("skipped", f"not published: {why}", self.branch,
+                             pr.html_url if pr else None, pr.number if pr else None)
+
+    def _result(self, op: Operation, pr: PullRequest, head: str, said: str) -> PublishResult:
+        return PublishResult(op, f"{said} pull request #{pr.number}: {pr.html_url}", self.branch,
+                             pr.html_url, pr.number, head)
+
+    def _call(self, fn: Callable[[], T], what: str) -> T:
+        return call(fn, what, self.s.retry)
+
+
+def _safe_url(url: str) -> str:
+    """The URL without any user or password in it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username or parts.password:
+        return parts._replace(netloc=parts.hostname or "").geturl()
+    return url
