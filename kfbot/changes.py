@@ -1,0 +1,449 @@
+"""What a change did to the kernels: which changed, whose reference pairing broke,
+and how each changed kernel compares with its version at a base revision.
+
+    paths = changed_paths(root, "HEAD")                  # or the files pre-commit passes
+    report = scan(root, load_config(None, root))
+    for item in changed_kernels(root, "HEAD", paths, report=report):
+        comparison = compare_with_base(root, "HEAD", item, gpu=None, cache_dir=cache)
+    broken = broken_pairings(root, "HEAD", report)       # reference tests that stopped reaching
+
+"Working tree" means the files under `root` as they are on disk; the base is any git
+revision (`HEAD`, a pull request's base SHA). The user's working tree, index and
+branches are never written: the base is read out of git into a temporary folder
+(`base_tree`, for the scan) or a temporary `git worktree` (`base_worktree`, for
+builds), removed afterwards.
+
+git runs as a subprocess here rather than through GitPython: the pre-commit hook that
+uses this module must start in well under a second, and importing GitPython alone
+takes a tenth of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import posixpath
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kfbot.config import CONFIG_NAMES, Config, load_config
+from kfbot.errors import EXIT_MISSING_TOOL, EXIT_USAGE, KfbotError
+from kfbot.scan.cuda_facts import extract_cuda_facts
+from kfbot.scan.files import source_kind
+from kfbot.scan.model import BuildRecipe, Kernel, ReferenceTest, ScanReport
+from kfbot.scan.scanner import scan
+
+if TYPE_CHECKING:
+    from kfbot.evaluate.engine import EngineSettings
+    from kfbot.evaluate.evaluation import Evaluation
+    from kfbot.evaluate.task import KernelTask
+
+GIT_TIMEOUT_S = 120.0
+_SYMLINK_MODE = "120000"
+
+
+# --- git ---------------------------------------------------------------------------------
+
+
+def _git(cwd: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """Run git; a failure says the command, its exit code and git's own message."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True,
+                              timeout=GIT_TIMEOUT_S, check=False)
+    except FileNotFoundError as exc:
+        raise KfbotError("git not found: install git or put it on PATH",
+                         EXIT_MISSING_TOOL) from exc
+    if proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise KfbotError(f"git {' '.join(args[:3])} failed in {cwd} (exit {proc.returncode})"
+                         f": {message[0] if message else 'no message'}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class _Repo:
+    top: Path  # the git working tree's top folder
+    prefix: str  # `root` relative to `top`, '/'-terminated, or "" when root is the top
+
+
+def _locate(root: Path) -> _Repo:
+    if not root.is_dir():
+        raise KfbotError(f"{root}: no such folder", EXIT_USAGE)
+    try:
+        out = _git(root, "rev-parse", "--show-toplevel", "--show-prefix")
+    except KfbotError as exc:
+        if exc.exit_code == EXIT_MISSING_TOOL:
+            raise
+        raise KfbotError(f"{root}: not inside a git repository", EXIT_USAGE) from exc
+    top, prefix = [*out.decode().splitlines(), ""][:2]
+    return _Repo(Path(top), prefix)
+
+
+def resolve_base(root: Path, base: str) -> str | None:
+    """The commit `base` names, or None when it is HEAD of a repository with no commit yet."""
+    repo = _locate(root)
+    proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}"],
+                          cwd=repo.top, capture_output=True, text=True, check=False)
+    if proc.returncode == 0:
+        return proc.stdout.strip()
+    if base == "HEAD":
+        return None
+    raise KfbotError(f"{base}: not a commit in {repo.top}", EXIT_USAGE)
+
+
+def changed_paths(root: Path, base: str = "HEAD") -> list[str]:
+    """Files under `root` (relative to it) that differ between `base` and the working
+    tree: modified, added, deleted, staged or not, and untracked ones not ignored."""
+    sha = resolve_base(root, base)
+    listed = ["ls-files", "-z", "--others", "--exclude-standard"]
+    if sha is None:
+        listed.append("--cached")
+        diff = b""
+    else:
+        diff = _git(root, "diff", "--name-only", "-z", "--no-renames", "--relative", sha, "--")
+    others = _git(root, *listed)
+    names = [n for n in (diff + b"\0" + others).decode(errors="surrogateescape").split("\0") if n]
+    return sorted(set(names))
+
+
+def given_paths(root: Path, files: Iterable[Path]) -> list[str]:
+    """Files named on a command line (relative to the current folder, as pre-commit
+    passes them) made relative to `root`; files outside root are left out."""
+    root = root.resolve()
+    found = []
+    for path in files:
+        absolute = Path(os.path.abspath(path))
+        for candidate in (absolute, absolute.resolve()):
+            if candidate.is_relative_to(root):
+                found.append(candidate.relative_to(root).as_posix())
+                break
+    return found
+
+
+def is_kernel_source(path: str) -> bool:
+    """Whether a change to `path` can change what the scan finds: a C++/CUDA or Python
+    source, or the kfbot config file."""
+    return source_kind(posixpath.basename(path)) is not None or path in CONFIG_NAMES
+
+
+# --- the base revision on disk -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def base_tree(root: Path, sha: str) -> Iterator[Path]:
+    """The sources and config of `root` at commit `sha`, in a temporary folder.
+
+    Only what the scan reads is written (see `is_kernel_source`), straight from git's
+    object store: no checkout, nothing written to the repository. Yields the folder
+    that stands for `root`.
+    """
+    repo = _locate(root)
+    with tempfile.TemporaryDirectory(prefix="kfbot-base-") as tmp:
+        _export(repo, sha, Path(tmp))
+        yield Path(tmp)
+
+
+def _export(repo: _Repo, sha: str, dest: Path) -> None:
+    listing = _git(repo.top, "ls-tree", "-r", "-z", f"{sha}:{repo.prefix}")
+    wanted: list[tuple[str, str]] = []  # (blob id, path)
+    for entry in filter(None, listing.decode(errors="surrogateescape").split("\0")):
+        meta, _, path = entry.partition("\t")
+        mode, kind, blob = meta.split(" ")  # "<mode> <type> <object>\t<path>"
+        if kind == "blob" and mode != _SYMLINK_MODE and _scanned(path):
+            wanted.append((blob, path))
+    if not wanted:
+        return
+    data = _git(repo.top, "cat-file", "--batch", stdin="\n".join(b for b, _ in wanted).encode())
+    offset = 0
+    for _, path in wanted:
+        header_end = data.index(b"\n", offset)
+        size = int(data[offset:header_end].split()[2])
+        target = dest / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data[header_end + 1:header_end + 1 + size])
+        offset = header_end + 1 + size + 1  # the content is followed by a newline
+
+
+def _scanned(path: str) -> bool:
+    # The scan never enters dot-folders, except to read the config under .github/.
+    hidden = any(part.startswith(".") for part in path.split("/")[:-1])
+    return is_kernel_source(path) and (not hidden or path in CONFIG_NAMES)
+
+
+@contextlib.contextmanager
+def base_worktree(root: Path, sha: str) -> Iterator[Path]:
+    """A full checkout of commit `sha` in a temporary `git worktree`, for builds and tests.
+
+    Yields the folder that stands for `root` inside it; the worktree is removed
+    afterwards, whatever happens. The user's checkout is not touched.
+    """
+    repo = _locate(root)
+    with tempfile.TemporaryDirectory(prefix="kfbot-worktree-") as tmp:
+        tree = Path(tmp) / "tree"
+        _git(repo.top, "worktree", "add", "--detach", "--quiet", str(tree), sha)
+        try:
+            yield tree / repo.prefix
+        finally:
+            _git(repo.top, "worktree", "remove", "--force", str(tree))
+
+
+def scan_base(root: Path, sha: str, config: Config | None = None) -> ScanReport:
+    """The scan of `root` as it was at commit `sha` (with that commit's config unless
+    `config` is given). Paths in the report are relative to root, as in any scan."""
+    with base_tree(root, sha) as tree:
+        return scan(tree, config or load_config(None, tree))
+
+
+# --- changed kernels -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangedKernel:
+    """A kernel of the working tree, and the changed files that make up its op."""
+
+    kernel: Kernel
+    files: tuple[str, ...]  # root-relative: changed, and defining, launching, binding,
+    # building or included by the kernel's sources
+
+
+def changed_kernels(root: Path, base: str = "HEAD", paths: Sequence[str] | None = None,
+                    report: ScanReport | None = None) -> list[ChangedKernel]:
+    """The kernels of the working tree under `root` that a change touches.
+
+    `paths` are the changed files relative to `root` (default: `changed_paths(root,
+    base)`); `report` is the working tree's scan when the caller has one already.
+    A kernel is touched when a changed file defines or launches it, binds or builds
+    its op (the bindings, the build script, a source of its extension that defines no
+    other kernel), or is a local header that those files include (followed through
+    quoted `#include`s).
+    Test files are not part of a kernel: `broken_pairings` looks after them.
+    """
+    changed = set(changed_paths(root, base) if paths is None else paths)
+    changed = {p for p in changed if is_kernel_source(p)}
+    if not changed:
+        return []
+    if report is None:
+        report = scan(root, load_config(None, root))
+    includes = _Includes(Path(report.root))
+    owned = {k.id: {k.file, *(s.file for s in k.launch_sites)} for k in report.kernels}
+    anyone = set().union(*owned.values())
+    found = []
+    for kernel in report.kernels:
+        own = _kernel_files(kernel, anyone - owned[kernel.id])
+        hit = own & changed
+        headers = changed - own
+        if headers:
+            hit |= includes.closure(own, _include_dirs(kernel)) & headers
+        if hit:
+            found.append(ChangedKernel(kernel, tuple(sorted(hit))))
+    return found
+
+
+def by_op(changed: Sequence[ChangedKernel]) -> list[tuple[ChangedKernel, ...]]:
+    """The changed kernels grouped by the op that reaches them, in scan order.
+
+    Kernels built into one extension and reached through the same bindings are one op
+    to verify and time (a change that splits softmax_kernel in two, adding
+    softmax_short_rows for short rows, changes one op); a kernel kfbot cannot place
+    stays on its own.
+    """
+    groups: dict[object, list[ChangedKernel]] = {}
+    for item in changed:
+        build = _chosen_build(item.kernel)
+        names = tuple(sorted({b.name for b in item.kernel.bindings}))
+        key = (build.file, build.name, names) if build is not None and names else item.kernel.id
+        groups.setdefault(key, []).append(item)
+    return [tuple(group) for group in groups.values()]
+
+
+def _kernel_files(kernel: Kernel, other_kernels: set[str]) -> set[str]:
+    """The files that make up a kernel's op. Sources of its extension that define or
+    launch only other kernels are left out: editing softmax.cu does not change a matmul
+    kernel that is merely linked into the same module."""
+    files = {kernel.file, *kernel.editable_files, *(s.file for s in kernel.launch_sites),
+             *(b.file for b in kernel.bindings)}
+    for build in kernel.builds:
+        files |= {build.file, *(s for s in build.sources if s not in other_kernels)}
+    return files
+
+
+def _include_dirs(kernel: Kernel) -> tuple[str, ...]:
+    return tuple(d for b in kernel.builds for d in b.include_dirs)
+
+
+class _Includes:
+    """Local headers reached through quoted `#include`s, each file parsed once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.direct: dict[str, tuple[str, ...]] = {}
+
+    def closure(self, files: Iterable[str], include_dirs: Sequence[str]) -> set[str]:
+        seen: set[str] = set()
+        todo = [f for f in files if source_kind(f) == "cuda"]
+        while todo:
+            path = todo.pop()
+            if path not in seen:
+                seen.add(path)
+                todo += self._resolved(path, include_dirs)
+        return seen
+
+    def _resolved(self, path: str, include_dirs: Sequence[str]) -> list[str]:
+        if path not in self.direct:
+            try:
+                data = (self.root / path).read_bytes()
+            except OSError:
+                data = b""
+            self.direct[path] = extract_cuda_facts(path, data).includes if data else ()
+        found = []
+        for spec in self.direct[path]:
+            for folder in (posixpath.dirname(path), *include_dirs):
+                candidate = posixpath.normpath(posixpath.join(folder, spec))
+                if (self.root / candidate).is_file():
+                    found.append(candidate)
+                    break
+        return found
+
+
+# --- reference pairing ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokenPairing:
+    """A kernel that had a reference test at the base revision and has none now."""
+
+    kernel: Kernel  # as scanned in the working tree
+    had: tuple[ReferenceTest, ...]  # its reference tests at the base revision
+
+    def line(self, base: str = "HEAD") -> str:
+        was = ", ".join(f"{r.file}:{r.line} {r.test}" for r in self.had)
+        return (f"{self.kernel.file}:{self.kernel.definition.line}: "
+                f"{self.kernel.definition.qualified_name}: "
+                f"no reference test reaches it any more (at {base}: {was})")
+
+
+def broken_pairings(root: Path, base: str, report: ScanReport,
+                    base_report: ScanReport | None = None) -> list[BrokenPairing]:
+    """Kernels of `report` (the working tree's scan) that had a reference test at `base`
+    and have none now: the test was deleted or renamed away, or it no longer reaches
+    the kernel (its binding, launcher or build changed). `base_report` is the base's
+    scan when the caller has one (see `scan_base`)."""
+    if base_report is None:
+        sha = resolve_base(root, base)
+        if sha is None:
+            return []
+        base_report = scan_base(root, sha)
+    paired = {k.id: k for k in base_report.kernels if k.references}
+    return [BrokenPairing(k, paired[k.id].references) for k in report.kernels
+            if k.id in paired and not k.references]
+
+
+# --- comparing with the base on a GPU ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A changed kernel against its version at the base revision.
+
+    `change` is the working version against its reference and, when `base` is there
+    and passed, timed against the base version (`change.timings`, speedup = base time
+    / working time). `base` is the base version against its own reference, None when
+    it was not run. `note` says why the working version was verified on its own: the
+    kernel is new, its build changed, or the base fails its own reference.
+    """
+
+    kernel_id: str
+    change: Evaluation
+    base: Evaluation | None = None
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.change.ok
+
+    @property
+    def slower_shapes(self) -> list[str]:
+        """Inputs on which the change is significantly slower than the base."""
+        return [t.input for t in self.change.timings if t.speedup.verdict == "slower"]
+
+
+def compare_with_base(root: Path, base: str, changed: ChangedKernel, gpu: int | None,
+                      cache_dir: Path, config: Config | None = None) -> Comparison:
+    """Build and verify the working version of a changed kernel, and time it against
+    the base revision's.
+
+    The base is checked out in a temporary worktree; the task (build, op, references,
+    inputs) is made from the base's scan, and the changed files are laid over it as
+    the candidate, so both sides are built the same way and judged by the same
+    reference. A kernel the base does not have, whose build recipe changed, or whose
+    base version fails its own reference is verified on its own (see `note`).
+
+    The engine's static anti-cheating rules are off: they guard the search against
+    reward hacking, and would reject a person's legitimate change (say, a new cuBLAS
+    call). Needs a CUDA GPU, torch and nvcc: without them a KfbotError with exit code
+    EXIT_MISSING_TOOL says which is missing; a kernel kfbot cannot build or call is
+    a KfbotError too.
+    """
+    # Imported here: the light hook imports this module and must not pay for the engine.
+    from kfbot.evaluate.candidate import Candidate
+    from kfbot.evaluate.engine import Engine, EngineSettings
+
+    root = root.resolve()
+    settings = EngineSettings(cache_dir=cache_dir, gpu=gpu, static_checks=False)
+    alone = functools.partial(_verify_alone, root, changed.kernel, settings, config)
+    sha = resolve_base(root, base)
+    if sha is None:
+        return alone(f"{base} has no commit yet")
+    with base_worktree(root, sha) as base_root:
+        task = _base_task(base_root, changed.kernel.id, config)
+        if task is None:
+            return alone(f"new since {base}")
+        if _recipe(task.build) != _recipe(_chosen_build(changed.kernel)):
+            return alone(f"its build changed since {base}, so the two cannot be timed alike")
+        files = {f: (root / f).read_text() for f in changed.files if (root / f).is_file()}
+        candidate = Candidate(files=files, origin="user", rationale=f"the change against {base}")
+        with Engine(task, settings) as engine:
+            before = engine.baseline()
+            if before.ok:
+                return Comparison(changed.kernel.id, engine.evaluate(candidate), before)
+    return alone(f"at {base} it already fails its reference ({before.stage}: {before.reason})",
+                 before)
+
+
+def _base_task(base_root: Path, kernel_id: str, config: Config | None) -> KernelTask | None:
+    from kfbot.evaluate.task import make_task
+
+    config = config or load_config(None, base_root)
+    found = next((k for k in scan(base_root, config).kernels if k.id == kernel_id), None)
+    return make_task(found, base_root, config) if found is not None else None
+
+
+def _chosen_build(kernel: Kernel) -> BuildRecipe | None:
+    """The build a task uses: a declared one first (as `make_task` picks it)."""
+    declared = [b for b in kernel.builds if b.origin == "declared"]
+    chosen = declared or list(kernel.builds)
+    return chosen[0] if chosen else None
+
+
+def _recipe(build: BuildRecipe | None) -> tuple[object, ...]:
+    """What makes two builds build alike: not where the recipe is written."""
+    if build is None:
+        return ()
+    return (build.kind, build.name, build.sources, build.inline, build.defines,
+            build.extra_cflags, build.extra_cuda_cflags, build.include_dirs, build.functions)
+
+
+def _verify_alone(root: Path, kernel: Kernel, settings: EngineSettings, config: Config | None,
+                  note: str, base: Evaluation | None = None) -> Comparison:
+    """The working version against its reference only: there is no base to time it with."""
+    from kfbot.evaluate.engine import Engine
+    from kfbot.evaluate.task import make_task
+
+    task = make_task(kernel, root, config or load_config(None, root))
+    with Engine(task, settings) as engine:
+        return Comparison(kernel.id, engine.baseline(), base, note)
