@@ -12,7 +12,7 @@ from kfbot.errors import EXIT_USAGE, KfbotError
 
 # Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
 # need not import the evaluation engine that `verify` and `bench` are built on.
-COMMANDS = ("scan", "verify", "bench", "optimize", "lessons")
+COMMANDS = ("scan", "verify", "bench", "optimize", "lessons", "check", "hook", "action")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

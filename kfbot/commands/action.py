@@ -1,0 +1,570 @@
+"""`kfbot action`: what the GitHub Action runs, reading the runner's environment.
+
+    GITHUB_EVENT_NAME, GITHUB_EVENT_PATH, GITHUB_REPOSITORY, GITHUB_WORKSPACE,
+    GITHUB_API_URL, GITHUB_OUTPUT, GITHUB_STEP_SUMMARY, RUNNER_TEMP and INPUT_*
+
+The event decides what happens, unless the `command` input says: a `/kfbot` comment on
+a pull request is answered, a pull request's changed kernels are guarded, a schedule
+optimizes. Every run ends the same way, failures included: annotations, the job
+summary (verdict first), the outputs and the full report in a file. Secrets are masked
+for the runner first and removed from everything kfbot writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import git
+from github.Repository import Repository
+
+from kfbot.changes import (
+    BrokenPairing,
+    ChangedKernel,
+    Comparison,
+    broken_pairings,
+    changed_kernels,
+    changed_paths,
+    compare_with_base,
+)
+from kfbot.commands.common import cache_dir
+from kfbot.config import Config, GithubConfig, load_config
+from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
+from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
+from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.worker import WorkerSession
+from kfbot.github import action_io
+from kfbot.github.action_io import ActionInputs, Annotation, Level, Redactor, Result
+from kfbot.github.api import DEFAULT_RETRY, call, connect, repository
+from kfbot.github.authorize import Head, policy_on_default_branch
+from kfbot.github.comments import Command, Settings, handle_comment, ignored_because
+from kfbot.github.events import CommentEvent, PullRequestEvent, load_event
+from kfbot.github.prbody import run_url
+from kfbot.github.status import State, StatusComment, StatusReport
+from kfbot.scan.model import ScanReport
+from kfbot.scan.render import to_markdown
+from kfbot.scan.scanner import scan
+from kfbot.scan.select import select_kernel
+
+if TYPE_CHECKING:
+    from kfbot.search.runner import OptimizeSettings
+
+# The search (and the anthropic SDK under it, seconds to import) is imported only where
+# a GPU search really runs: comment handling and the guard start without it.
+
+# Seconds between GitHub API reads and between writes, "READ,WRITE": GitHub answers
+# bursts of writes from integrations with secondary rate limits. Tests against a local
+# server set "0,0".
+INTERVALS_VARIABLE = "KFBOT_GITHUB_INTERVALS"
+DEFAULT_INTERVALS = (0.25, 1.0)
+GPU_HINT = ("run the workflow on a self-hosted runner with a CUDA GPU and the CUDA toolkit "
+            "(`runs-on: [self-hosted, gpu]`)")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "action", help="run as the GitHub Action (reads GITHUB_* and INPUT_* variables)",
+        description="The GitHub Action's entry point: reads the event, the INPUT_* "
+                    "variables and the runner's GITHUB_* variables; see docs/github-action.md.")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return Action(os.environ).run()
+
+
+class Action:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        names = [action_io.env_name(n) for n in action_io.SECRET_INPUTS]
+        names += ["GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY"]
+        self.redact = Redactor(env.get(name, "").strip() for name in names)
+        self.report_path = _report_dir(env) / "kfbot-report.md"
+
+    def run(self) -> int:
+        for line in self.redact.mask_commands():
+            print(line, flush=True)
+        try:
+            result = self._result()
+        except KfbotError as exc:
+            result = Result(f"error: {exc}", exit_code=exc.exit_code,
+                            annotations=(Annotation("error", str(exc), title="kfbot"),))
+        except Exception as exc:  # a bug: still leave the summary and the report behind
+            print(self.redact(traceback.format_exc()), file=sys.stderr)
+            result = Result(f"internal error: {type(exc).__name__}: {exc}",
+                            exit_code=EXIT_FAILURE)
+        self._emit(result)
+        return result.exit_code
+
+    def _result(self) -> Result:
+        inputs = action_io.read_inputs(self.env)
+        token = inputs.token or self.env.get("GITHUB_TOKEN", "").strip()
+        inputs = dataclasses.replace(inputs, token=token)
+        _keep_secrets_from_subprocesses(inputs.anthropic_api_key)
+        ctx = Context.from_env(self.env, inputs, self.redact)
+        event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
+        mode = _mode(inputs.command, ctx.event_name)
+        if mode == "comment" and isinstance(event, CommentEvent):
+            return comment_mode(ctx, event)
+        if mode == "guard" and isinstance(event, PullRequestEvent):
+            return guard_mode(ctx, event)
+        if mode == "scan":
+            return scan_result(ctx.config(), ctx.root)
+        return optimize_all(ctx)
+
+    def _emit(self, result: Result) -> None:
+        for note in result.annotations:
+            print(self.redact(note.command()), flush=True)
+        markdown = self.redact(f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n")
+        self.report_path.parent.mkdir(parents=True, exist_ok=True)
+        self.report_path.write_text(markdown, encoding="utf-8")
+        action_io.write_summary(_path(self.env, "GITHUB_STEP_SUMMARY"), markdown,
+                                str(self.report_path))
+        outputs = {k: self.redact(v) for k, v in result.outputs(str(self.report_path)).items()}
+        action_io.write_outputs(_path(self.env, "GITHUB_OUTPUT"), outputs)
+        stream = sys.stdout if result.exit_code == EXIT_OK else sys.stderr
+        print(self.redact(f"kfbot: {result.headline}"), file=stream, flush=True)
+
+
+def _keep_secrets_from_subprocesses(anthropic_key: str) -> None:
+    """Take the token out of the environment every compiler, git and test would inherit.
+
+    kfbot holds it in memory and hands it to the one `git push` and the API client that
+    need it. The Anthropic key stays where the LLM mutator reads it; the workers that
+    run candidates and the repository's tests drop it with every secret-looking name.
+    """
+    for name in (*(action_io.env_name(n) for n in action_io.SECRET_INPUTS), "GITHUB_TOKEN",
+                 "GH_TOKEN"):
+        os.environ.pop(name, None)
+    if anthropic_key:
+        os.environ["ANTHROPIC_API_KEY"] = anthropic_key
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name, "").strip()
+    return Path(value) if value else None
+
+
+def _report_dir(env: Mapping[str, str]) -> Path:
+    temp = env.get("RUNNER_TEMP", "").strip()
+    return Path(temp) / "kfbot" if temp else Path(tempfile.gettempdir()) / "kfbot-action"
+
+
+def _mode(command: str, event_name: str) -> str:
+    if command == "auto":
+        return {"issue_comment": "comment", "pull_request": "guard"}.get(event_name, "optimize")
+    if event_name == "issue_comment":
+        raise KfbotError(f"action input 'command': {command!r} does not apply to issue_comment "
+                         "events (the comment holds the command); leave it at auto")
+    if command == "guard" and event_name != "pull_request":
+        raise KfbotError(f"action input 'command': guard needs a pull_request event, "
+                         f"not {event_name}")
+    return command
+
+
+# ---- the runner's environment ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    env: Mapping[str, str]
+    inputs: ActionInputs
+    redact: Redactor
+    event_name: str
+    event_path: Path
+    repository: str
+    root: Path
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], inputs: ActionInputs,
+                 redact: Redactor) -> Context:
+        def need(name: str) -> str:
+            value = env.get(name, "").strip()
+            if not value:
+                raise KfbotError(f"{name} is not set: `kfbot action` runs inside a GitHub "
+                                 "Actions job (or set the GITHUB_* variables as a job would)")
+            return value
+
+        root = Path(env.get("GITHUB_WORKSPACE") or ".").resolve()
+        return cls(env, inputs, redact, need("GITHUB_EVENT_NAME"),
+                   Path(need("GITHUB_EVENT_PATH")), need("GITHUB_REPOSITORY"), root)
+
+    def config(self) -> Config:
+        path = self.root / self.inputs.config if self.inputs.config else None
+        return load_config(path, self.root)
+
+    def github_config(self, base: GithubConfig) -> GithubConfig:
+        if self.inputs.min_speedup is None:
+            return base
+        return dataclasses.replace(base, min_speedup=self.inputs.min_speedup)
+
+    def token(self) -> str:
+        token = self.inputs.token  # the input, else $GITHUB_TOKEN (see Action._result)
+        if not token:
+            raise KfbotError("no GitHub token: set the action's 'token' input (its default is "
+                             "the job's GITHUB_TOKEN) or the GITHUB_TOKEN variable")
+        return token
+
+    def intervals(self) -> tuple[float, float]:
+        text = self.env.get(INTERVALS_VARIABLE, "").strip()
+        if not text:
+            return DEFAULT_INTERVALS
+        try:
+            read, write = (float(part) for part in text.split(","))
+        except ValueError:
+            raise KfbotError(f"{INTERVALS_VARIABLE}: expected READ,WRITE seconds such as "
+                             f"0.25,1, got {text!r}") from None
+        return read, write
+
+    def github(self) -> Repository:
+        read, write = self.intervals()
+        gh = connect(self.token(), env=self.env, read_interval=read, write_interval=write)
+        return repository(gh, self.repository, DEFAULT_RETRY)
+
+    def run_url(self) -> str | None:
+        return run_url(self.env)
+
+    def status(self, repo: Repository, number: int, key: str) -> StatusComment:
+        issue = call(lambda: repo.get_issue(number), f"reading pull request #{number}",
+                     DEFAULT_RETRY)
+        return StatusComment(issue, key, self.redact, DEFAULT_RETRY)
+
+
+# ---- scan --------------------------------------------------------------------------------
+
+
+def scan_result(config: Config, root: Path, only: set[str] | None = None) -> Result:
+    """The kernel table of the checkout, problems (in `only` files, if given) annotated."""
+    report = scan(root, config)
+    count = len(report.kernels)
+    headline = f"{count} CUDA kernel{'s' if count != 1 else ''} found" if count else \
+        f"no CUDA kernels found ({report.files_scanned} source files scanned)"
+    return Result(headline, to_markdown(report), EXIT_OK if count else EXIT_FAILURE,
+                  annotations=problem_annotations(report, only))
+
+
+def problem_annotations(report: ScanReport, only: set[str] | None = None
+                        ) -> tuple[Annotation, ...]:
+    levels: dict[str, Level] = {"error": "error", "warning": "warning", "info": "notice"}
+    return tuple(Annotation(levels[p.severity], p.message, p.file, p.line, "kfbot scan")
+                 for p in report.problems if only is None or p.file in only)
+
+
+# ---- comment commands --------------------------------------------------------------------
+
+
+def comment_mode(ctx: Context, event: CommentEvent) -> Result:
+    why = ignored_because(event)
+    if why is not None:  # before any request: edits and bots need no token
+        return Result(f"nothing to do: {why}")
+    repo = ctx.github()
+
+    def policy() -> GithubConfig:
+        return ctx.github_config(policy_on_default_branch(repo, ctx.inputs.config or None))
+
+    settings = Settings(ctx.root, policy, ctx.redact, ctx.run_url(), DEFAULT_RETRY)
+    return handle_comment(event, repo, _Work(ctx), settings)
+
+
+class _Work:
+    """The comment commands' work, on the checkout of the pull request's head."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def scan(self) -> Result:
+        return scan_result(self.ctx.config(), self.ctx.root)
+
+    def bench(self, command: Command) -> Result:
+        from kfbot.evaluate.candidate import Candidate
+        from kfbot.evaluate.report import to_markdown as evaluation_markdown
+        from kfbot.evaluate.report import verdict_line
+
+        task = task_for(self.ctx, command.kernel or "")
+        require_gpu(self.ctx.root, self.ctx.inputs.gpu)
+        with _engine(self.ctx, task) as engine:
+            base = engine.baseline()
+            itself = Candidate(params={"KFBOT_SELF_COMPARISON": "1"}, origin="user",
+                               rationale="the original against itself")
+            ev = engine.evaluate(itself, bench=True) if base.ok else base
+        return Result(verdict_line(task.kernel_name, ev),
+                      evaluation_markdown(task.kernel_name, ev),
+                      EXIT_OK if ev.ok else EXIT_FAILURE, best_speedup=ev.speedup)
+
+    def optimize(self, command: Command, policy: GithubConfig, head: Head,
+                 before_publish: Callable[[], None]) -> Result:
+        # The winner goes to the commented pull request's branch, where its author can
+        # take it; a fork's branch is out of reach, so then to the pull request's base.
+        github = dataclasses.replace(policy, base=head.base_ref if head.fork else head.ref)
+        return optimize_kernel(self.ctx, command.kernel or "",
+                               _search_settings(self.ctx.inputs, command), github,
+                               before_publish)
+
+
+# ---- the GPU -----------------------------------------------------------------------------
+
+
+def require_gpu(root: Path, gpu: int | None) -> None:
+    """A KfbotError (EXIT_MISSING_TOOL) unless the GPU worker sees a CUDA GPU.
+
+    Asked before anything is built: on a runner without a GPU, building first would
+    spend minutes to learn the same thing.
+    """
+    with WorkerSession(gpu=gpu, cwd=root, python_path=[KFBOT_PARENT],
+                       preload=("torch",)) as session:
+        result = session.call(f"{JOBS}:probe", {"peaks": False}, timeout_s=300.0)
+    if not result.ok or result.value is None:
+        raise KfbotError(f"the GPU worker did not start: {result.reason}", EXIT_MISSING_TOOL)
+    if not result.value.get("cuda"):
+        raise KfbotError(f"no CUDA GPU: {result.value.get('reason')}", EXIT_MISSING_TOOL)
+
+
+def task_for(ctx: Context, spec: str) -> KernelTask:
+    """The task of the kernel `spec` names; an unknown name lists the close ones."""
+    config = ctx.config()
+    return make_task(select_kernel(scan(ctx.root, config).kernels, spec), ctx.root, config)
+
+
+def _engine(ctx: Context, task: KernelTask) -> Engine:
+    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu))
+
+
+# ---- optimize ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    evaluations: int
+    seconds: float | None
+    islands: int
+
+
+def _search_settings(inputs: ActionInputs, command: Command | None = None) -> SearchSettings:
+    """The comment's options where it gives them, else the action's inputs."""
+    budget = command.budget if command and command.budget else inputs.budget
+    seconds = command.time if command and command.time else inputs.time
+    islands = command.islands if command and command.islands else inputs.islands
+    return SearchSettings(budget, seconds, islands)
+
+
+def optimize_all(ctx: Context) -> Result:
+    """Schedule and workflow_dispatch: the kernel named, or each with a reference test."""
+    config = ctx.config()
+    kernels = scan(ctx.root, config).kernels
+    specs = [ctx.inputs.kernel] if ctx.inputs.kernel else \
+        [k.id for k in kernels if k.references]
+    if not specs:
+        raise KfbotError(f"{ctx.root}: no kernel with a reference test to optimize")
+    github = ctx.github_config(config.github)
+    settings = _search_settings(ctx.inputs)
+    return _combined([optimize_kernel(ctx, spec, settings, github, None) for spec in specs])
+
+
+def _combined(results: list[Result]) -> Result:
+    if len(results) == 1:
+        return results[0]
+    best = max(results, key=lambda r: r.best_speedup or 0.0)
+    published = [r for r in results if r.pr_url]
+    headline = f"{len(published)} of {len(results)} kernels published" if published else \
+        f"none of {len(results)} kernels published"
+    details = "\n\n".join(f"### {r.headline}\n\n{r.details}" for r in results)
+    return dataclasses.replace(best, headline=headline, details=details,
+                               exit_code=max(r.exit_code for r in results),
+                               annotations=tuple(a for r in results for a in r.annotations))
+
+
+def optimize_kernel(ctx: Context, spec: str, s: SearchSettings, github: GithubConfig,
+                    before_publish: Callable[[], None] | None) -> Result:
+    """Search one kernel on the GPU and publish a verified winner; a plan on a dry run."""
+    task = task_for(ctx, spec)
+    if ctx.inputs.dry_run:
+        return _plan(task, s)
+    require_gpu(ctx.root, ctx.inputs.gpu)
+    return _search_and_publish(ctx, task, s, github, before_publish)
+
+
+def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
+    from kfbot.search.runner import OptimizeSettings
+
+    seed = int.from_bytes(os.urandom(4), "little") >> 1
+    return OptimizeSettings(islands=s.islands, seed=seed, evaluations=s.evaluations,
+                            seconds=s.seconds)
+
+
+def _plan(task: KernelTask, s: SearchSettings) -> Result:
+    from kfbot.search.llm import NO_KEY_NOTICE
+    from kfbot.search.runner import make_plan
+
+    llm = "on" if os.environ.get("ANTHROPIC_API_KEY") else NO_KEY_NOTICE
+    plan = "\n".join(make_plan(task, _optimize_settings(s), llm).lines())
+    return Result(f"dry run: the plan for {task.kernel_name}", f"```\n{plan}\n```\n")
+
+
+def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
+                        github: GithubConfig, before_publish: Callable[[], None] | None
+                        ) -> Result:
+    from kfbot.github.publish import PublishSettings, Winner, publish
+    from kfbot.search.budget import Budget, Limits
+    from kfbot.search.experience import DEFAULT_PATH, read_lessons
+    from kfbot.search.llm import LlmMutator, LlmSettings
+    from kfbot.search.runner import optimize
+
+    settings = _optimize_settings(s)
+    run_dir = task.root / ".kfbot" / "runs" / f"{task.kernel_name}-{settings.seed}"
+    with _engine(ctx, task) as engine:
+        base = engine.baseline()
+        if not base.ok:
+            raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
+                             f"{base.reason}")
+        llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()))
+        outcome = optimize(task, engine, settings, run_dir, llm)
+    report = outcome.files["report"].read_text(encoding="utf-8")
+    best, cand = outcome.best, outcome.best_candidate
+    if best is None or cand is None:
+        return Result(f"{task.kernel_name}: no correct candidate beat the original", report)
+    today = datetime.date.today().isoformat()
+    lessons = tuple(lesson for lesson in read_lessons(task.root / DEFAULT_PATH)
+                    if lesson.kernel == task.kernel_id and lesson.date == today)
+    winner = Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), best,
+                    cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
+                    settings.islands)
+    found = f"{task.kernel_name}: {best.speedup or 0:.2f}x"
+    read, write = ctx.intervals()
+    try:
+        if before_publish is not None:
+            before_publish()
+        published = publish(winner, PublishSettings(
+            github=github, repo_slug=ctx.repository, token=ctx.token(), env=ctx.env,
+            read_interval=read, write_interval=write))
+    except KfbotError as exc:  # the search's report is kept, with why it was not published
+        return Result(f"{found}, not published: {exc}", report, exc.exit_code,
+                      best_speedup=best.speedup)
+    return Result(f"{found}; {published.message}", report, pr_url=published.url or "",
+                  pr_number=published.number,
+                  pr_operation=published.operation if published.url else "none",
+                  best_speedup=best.speedup)
+
+
+# ---- the pull request guard --------------------------------------------------------------
+
+
+def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
+    """Verify the kernels a pull request changes and time them against its base branch."""
+    config = ctx.config()
+    report = scan(ctx.root, config)
+    fork_point = merge_base(ctx.root, event.base_sha, event.number)
+    changed = changed_kernels(ctx.root, fork_point, report=report)
+    broken = broken_pairings(ctx.root, fork_point, report)
+    notes = problem_annotations(report, set(changed_paths(ctx.root, fork_point)))
+    notes += tuple(Annotation("warning", b.line(event.base_ref), b.kernel.file,
+                              b.kernel.definition.line, "kfbot guard") for b in broken)
+    status = ctx.status(ctx.github(), event.number, "guard")
+    if not changed and not broken:
+        result = Result("no kernel changed in this pull request", annotations=notes)
+        if status.exists():  # an earlier push changed kernels: say that is over
+            status.show(_guard_status(ctx, event, result))
+        return result
+    try:
+        if changed:  # only lost reference tests: nothing to build
+            require_gpu(ctx.root, ctx.inputs.gpu)
+        comparisons = [compare_with_base(ctx.root, event.base_sha, item, ctx.inputs.gpu,
+                                         cache_dir(), config) for item in changed]
+        result = _guarded(changed, comparisons, _lost(broken, event.base_ref), notes)
+    except KfbotError as exc:
+        if exc.exit_code != EXIT_MISSING_TOOL:
+            raise
+        result = _not_guarded(changed, _lost(broken, event.base_ref), str(exc), notes)
+    status.show(_guard_status(ctx, event, result))
+    return result
+
+
+def merge_base(root: Path, base_sha: str, number: int) -> str:
+    """Where the pull request left its base: its own changes are those since then."""
+    try:
+        found = git.Repo(root, search_parent_directories=True).merge_base(base_sha, "HEAD")
+    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError):
+        found = []
+    if not found:
+        raise KfbotError(f"the base commit {base_sha[:7]} of pull request #{number} is not in "
+                         f"the checkout at {root}: check out with `fetch-depth: 0`")
+    return str(found[0].hexsha)
+
+
+def _guard_status(ctx: Context, event: PullRequestEvent, result: Result) -> StatusReport:
+    state: State = "passed" if result.exit_code == EXIT_OK else "failed"
+    return StatusReport(f"kernel guard against {event.base_ref}", None, event.head_sha[:7],
+                        ctx.run_url(), state=state, headline=result.headline,
+                        details=result.details)
+
+
+_GUARD_HEAD = "| kernel | defined at | changed files | result |\n|---|---|---|---|"
+
+
+def _kernel_cells(item: ChangedKernel) -> str:
+    k = item.kernel
+    return f"| {k.name} | `{k.file}:{k.definition.line}` | {', '.join(item.files)} |"
+
+
+def _lost(broken: Sequence[BrokenPairing], base: str) -> str:
+    if not broken:
+        return ""
+    return "\n**Reference tests lost:**\n\n" + "".join(f"- {b.line(base)}\n" for b in broken)
+
+
+def _not_guarded(changed: Sequence[ChangedKernel], lost: str, why: str,
+                 notes: tuple[Annotation, ...]) -> Result:
+    rows = "\n".join(f"{_kernel_cells(c)} not verified, not benchmarked |" for c in changed)
+    details = (f"**The GPU step could not run** ({why}), so the changed kernels below were "
+               f"**not verified against their reference nor benchmarked** against the base "
+               f"branch: {GPU_HINT}.\n\n{_GUARD_HEAD}\n{rows}\n{lost}")
+    note = Annotation("error", f"the GPU step could not run: {why}", title="kfbot guard")
+    return Result(f"the GPU step could not run: {why}", details, EXIT_MISSING_TOOL,
+                  annotations=(*notes, note))
+
+
+def _guarded(changed: Sequence[ChangedKernel], comparisons: Sequence[Comparison], lost: str,
+             notes: tuple[Annotation, ...]) -> Result:
+    rows, found, failed = [], list(notes), 0
+    for item, comparison in zip(changed, comparisons, strict=True):
+        verdict, note, bad = _verdict(item, comparison)
+        rows.append(f"{_kernel_cells(item)} {verdict} |")
+        found += [note] if note is not None else []
+        failed += bad
+    plural = "s" if len(changed) != 1 else ""
+    headline = f"{len(changed)} changed kernel{plural}: " + \
+        (f"{failed} rejected or slower" if failed else "verified, none slower than the base")
+    details = f"{_GUARD_HEAD}\n" + "\n".join(rows) + "\n" + lost
+    return Result(headline, details, EXIT_FAILURE if failed else EXIT_OK,
+                  annotations=tuple(found))
+
+
+def _verdict(item: ChangedKernel, c: Comparison) -> tuple[str, Annotation | None, bool]:
+    """The table cell, the annotation on the kernel, and whether the guard fails."""
+    k = item.kernel
+    where = (k.file, k.definition.line)
+    if c.change is None:
+        base = c.base.reason if c.base is not None else "no base version"
+        return (f"not compared: the base version fails its reference ({base})",
+                Annotation("warning", f"{k.name}: the base version fails its reference",
+                           *where, "kfbot guard"), False)
+    ev = c.change
+    if not ev.ok:
+        message = f"{k.name}: rejected at {ev.stage}: {ev.reason}"
+        return (f"✗ rejected at {ev.stage}: {ev.reason}",
+                Annotation("error", message, *where, "kfbot guard"), True)
+    if c.slower_shapes:
+        shapes = ", ".join(c.slower_shapes)
+        return (f"✓ correct; ✗ slower than the base on {shapes}",
+                Annotation("error", f"{k.name}: slower than the base on {shapes}", *where,
+                           "kfbot guard"), True)
+    speed = f"; {ev.speedup:.2f}x vs the base ({ev.verdict})" if ev.speedup else ""
+    return f"✓ correct{speed}", None, False
