@@ -87,13 +87,6 @@ def rse(samples: Sequence[float]) -> float:
     return statistics.stdev(samples) / math.sqrt(len(samples)) / statistics.fmean(samples)
 
 
-# Timed outputs checked: the first trials, then a random share of the rest. Skipping
-# work while timed pays only if done on many trials: one that skips on half of them
-# at random passes the first eight checks with odds of 2**-8, and every further
-# checked trial halves that again.
-CHECK_FIRST = 8
-CHECK_SHARE = 0.25
-
 # A trial's outputs by name -> None (fine), a problem, or a 0-dim bool tensor on the GPU
 # (True: fine) that is read after the last trial, so checking costs no synchronize.
 Check = Callable[[Mapping[str, Any]], "str | torch.Tensor | None"]
@@ -126,14 +119,13 @@ def interleaved(
 ) -> Timed:
     """Samples (µs) per named function; stops on precision, trial count or time.
 
-    `check`, if given, sees the outputs by name of the first trials and a random
-    share of the rest (CHECK_FIRST, CHECK_SHARE): an op that behaves differently when
-    timed than when verified is caught on its timed outputs. The
+    `check`, if given, sees every trial's outputs by name: an op that behaves
+    differently when timed than when verified is caught on its timed outputs (a cheat
+    may skip work on only some trials, so none is left out). The
     outputs of a trial are all alive until it is checked, so no op in the trial can be
     handed another's result as recycled memory.
     """
     rng = random.Random(seed)
-    sampler = random.Random(seed ^ 0xC4EC)  # which trials are checked: not guessable
     flusher = L2Flusher()
     _warm_up(fns, arg_sets, settings)
     timed = Timed({name: [] for name in fns})
@@ -146,8 +138,7 @@ def interleaved(
         for name in order:
             micros, outputs[name] = time_once(fns[name], args, kwargs, flusher)
             timed.samples[name].append(micros)
-        checked = trial < CHECK_FIRST or sampler.random() < CHECK_SHARE
-        if check is not None and timed.mismatch is None and checked:
+        if check is not None and timed.mismatch is None:
             problem = check(outputs)
             if isinstance(problem, torch.Tensor):
                 timed.pending.append((trial + 1, problem))

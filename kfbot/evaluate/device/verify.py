@@ -235,7 +235,6 @@ class Context:
     in_place: bool = False
     probes: bool = True  # poisoning, mutation and constant-output checks
     first_outputs: dict[str, list[tuple[Any, Any, str]]] = field(default_factory=dict)
-    finite_done: set[str] = field(default_factory=set)  # groups run with POISON_FINITE
 
 
 def check_candidate(
@@ -255,18 +254,13 @@ def check_candidate(
         if base.error is None:
             expected.append(("original", base.out, _as_reference(expected)))
     # The finite pattern catches what NaN hides (fmax, comparisons, a NaN test that
-    # switches the cheat off); once per group of same-shaped inputs is enough for that.
-    group = inputs.group or inputs.label
-    second = None
-    if group not in ctx.finite_done:
-        ctx.finite_done.add(group)
-        second = run(fn, inputs, POISON_FINITE)
-    runs = (first,) if second is None else (first, second)
-    records = _mutation_records(inputs, runs, ctx.in_place or original_mutates)
+    # switches the cheat off).
+    second = run(fn, inputs, POISON_FINITE)
+    records = _mutation_records(inputs, (first, second), ctx.in_place or original_mutates)
     for against, want, fallback in expected:
         note = NOTES[against]
         rec = judge(first, want, inputs, against, ctx, fallback, note)
-        if rec["passed"] and second is not None:
+        if rec["passed"]:
             rec = judge(second, want, inputs, against, ctx, fallback, note)
         records.append(rec)
     if first.error is None and expected:
