@@ -361,3 +361,13 @@ def test_nvcc_flag_params_reach_device_compiles_only() -> None:
     assert not any(NVCC_FLAGS_PARAM in part for part in cuda)
     host = _command(flags, "b.cpp", False, params, "int b;")
     assert "--use_fast_math" not in host and not any(NVCC_FLAGS_PARAM in p for p in host)
+
+
+def test_build_commands_see_no_secrets(builder: Builder, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The compiler runs on candidate source, which could #include /proc/self/environ.
+    for name in ("GITHUB_TOKEN", "ANTHROPIC_API_KEY", "INPUT_TOKEN"):
+        monkeypatch.setenv(name, "s3cr3t-value")
+    done = builder._run(["env"], tmp_path, timeout=30)
+    assert done.returncode == 0
+    assert "PATH=" in done.output and "s3cr3t-value" not in done.output

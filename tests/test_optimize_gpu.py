@@ -25,7 +25,7 @@ def test_params_and_rules_speed_up_the_example_softmax(tmp_path: Path) -> None:
     root = tmp_path / "example"
     shutil.copytree(EXAMPLE, root)
     repo = git.Repo.init(root)
-    repo.index.add([p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()])
+    repo.git.add("-A")  # the fixture's files, not the new .git folder
     repo.index.commit("example")
     config = load_config(None, root)
     task = make_task(select_kernel(scan(root, config).kernels, "softmax_kernel"), root, config)
