@@ -2,7 +2,11 @@
 
 Each island asks the mutators in its own rotating order (params, rules, llm), so the
 islands explore differently from the same start; a mutator with nothing new to offer
-is skipped. The LLM mutator's rejected edits go back into that island's next prompt.
+is skipped. What the evaluations said feeds the LLM mutator's next prompt on that
+island: the parent's diagnosis (which picks the expert persona) and its compiler and
+verification lines, the island's recent failures, and the lessons from earlier runs.
+Each island keeps strategy hints (its meta-prompt): a hint set that led to an improving
+child is kept, one that did not is mutated.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
-from kfbot.search.llm import LlmMutator, PromptContext
+from kfbot.search.llm import META_HINTS, LlmMutator, PromptContext, mutate_meta_prompt
 from kfbot.search.params import Knob, apply_point, propose_points
 from kfbot.search.rewrites import Rewrite, propose_rewrites
 
@@ -32,6 +37,9 @@ class Mutators:
     batch: int = 2
     candidates: dict[str, Candidate] = field(default_factory=dict)
     failures: dict[int, list[str]] = field(default_factory=dict)
+    lessons: Sequence[str] = ()  # from the experience file, most relevant first
+    meta: dict[int, str] = field(default_factory=dict)  # island -> strategy hints
+    findings: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     _points: set[tuple[str, ...]] = field(default_factory=set)
 
     def base_files(self) -> dict[str, str]:
@@ -70,18 +78,50 @@ class Mutators:
             return proposed
         if self.llm is None:
             return []
-        proposal = self.llm.propose(self._context(island, files), parent)
+        proposal = self.llm.propose(self._context(island, parent, files), parent)
         if proposal.candidate is None:
             self.note_failure(island, proposal.rejected or "the edit did not apply")
             return []
         return [proposal.candidate]
 
-    def _context(self, island: int, files: Mapping[str, str]) -> PromptContext:
-        return PromptContext(task=self.task_text, diagnosis="unknown", parent_files=dict(files),
-                             diagnostics=(), failures=tuple(self.failures.get(island, ())),
-                             lessons=(), meta_prompt="", editable=self.task.editable_files)
+    def _context(self, island: int, parent: Candidate, files: Mapping[str, str]
+                 ) -> PromptContext:
+        diagnosis, lines = self.findings.get(parent.hash, ("unknown", ()))
+        meta = self.meta.setdefault(island, META_HINTS[island % len(META_HINTS)])
+        return PromptContext(task=self.task_text, diagnosis=diagnosis, parent_files=dict(files),
+                             diagnostics=lines, failures=tuple(self.failures.get(island, ())),
+                             lessons=tuple(self.lessons), meta_prompt=meta,
+                             editable=self.task.editable_files)
+
+    def note_result(self, island: int, cand: Candidate, ev: Evaluation,
+                    improved: bool, rng: random.Random) -> None:
+        """What an evaluation teaches the island's next proposals."""
+        if not ev.ok:
+            self.note_failure(island, f"{ev.stage}: {ev.reason}")
+        self.findings[cand.hash] = (diagnosis_of(ev), _lines_of(ev))
+        if cand.origin == "llm":  # the hints steered this child: keep them or move on
+            current = self.meta.setdefault(island, META_HINTS[island % len(META_HINTS)])
+            if not improved:
+                self.meta[island] = mutate_meta_prompt(current, rng)
 
     def note_failure(self, island: int, reason: str) -> None:
         recent = self.failures.setdefault(island, [])
         recent.append(reason[:300])
         del recent[:-RECENT_FAILURES]
+
+
+def diagnosis_of(ev: Evaluation) -> str:
+    """The bound most benchmark shapes showed (memory-, compute-, latency-bound...), or
+    `unknown` without timings: it picks the LLM's expert persona."""
+    bounds = [t.bound for t in ev.timings if t.bound]
+    if not bounds:
+        return "unknown"
+    return max(sorted(set(bounds)), key=bounds.count)
+
+
+def _lines_of(ev: Evaluation, limit: int = 8) -> tuple[str, ...]:
+    """Compiler and verification lines worth showing the LLM: errors and resources first."""
+    lines = [f"{d.stage}/{d.kind}: {d.message}" for d in ev.diagnostics]
+    lines += [f"{c.input} vs {c.against}: {c.error or c.description}"
+              for c in ev.checks if not c.passed]
+    return tuple(line[:300] for line in lines[:limit])
