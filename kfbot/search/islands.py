@@ -6,8 +6,11 @@
 
 `propose(island, parent, rng)` returns candidate edits of a parent (the mutators);
 `evaluate(candidates)` builds, verifies and times them and says where each sits and
-how fast it is (`Outcome`). Each island draws from its own seeded generator, so a
-run is repeatable given the seed and deterministic mutators. Every finished
+how fast it is (`Outcome`). Each generation's candidates, from every island, go to
+`evaluate` as one batch (so several GPUs can share it) and are recorded in island
+then proposal order, whatever order the answers came in. Each island draws from its
+own seeded generator, so a run is repeatable given the seed and deterministic
+mutators, on one GPU or many. Every finished
 evaluation is appended to the run log; a resumed run replays the log instead of
 evaluating again, and so continues exactly where the killed one stopped.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,13 +105,10 @@ class IslandSearch:
     def run(self) -> SearchResult:
         generation, idle, stopped = 0, 0, ""
         while not stopped:
-            proposed = 0
-            for island in range(self.settings.islands):
-                stopped = self.budget.exhausted() or ""
-                if stopped:
-                    break
-                proposed += self._step(island)
+            planned, stopped = self._plan()
+            self._settle(planned)
             generation += 1
+            proposed = sum(len(fresh) for _, _, fresh in planned)
             idle = idle + 1 if proposed == 0 else 0
             if not stopped and idle >= self.settings.patience:
                 stopped = "no mutator proposes anything new"
@@ -118,34 +118,62 @@ class IslandSearch:
         best = max(bests, key=lambda e: (e.fitness or 0.0, -e.step), default=None)
         return SearchResult(best, self.archives, self.history, stopped)
 
-    def _step(self, island: int) -> int:
-        archive, rng = self.archives[island], self.rngs[island]
-        parent = archive.select(rng) or self.original
+    def _plan(self) -> tuple[list[tuple[int, Individual, list[Candidate]]], str]:
+        """Every island's fresh candidates for this generation, and why to stop, if so."""
+        planned: list[tuple[int, Individual, list[Candidate]]] = []
+        for island in range(self.settings.islands):
+            stopped = self.budget.exhausted() or ""
+            if stopped:
+                return planned, stopped
+            parent, fresh = self._propose(island)
+            # Charged when planned, so the next island sees what is left; a resumed
+            # run's logged evaluations were counted when its budget was made.
+            self.budget.charge(evaluations=sum(c.hash not in self._replay for c in fresh))
+            planned.append((island, parent, fresh))
+        return planned, ""
+
+    def _propose(self, island: int) -> tuple[Individual, list[Candidate]]:
+        parent = self.archives[island].select(self.rngs[island]) or self.original
         fresh: list[Candidate] = []
-        for cand in self.propose(island, parent, rng):
+        for cand in self.propose(island, parent, self.rngs[island]):
             if cand.hash not in self.seen and len(fresh) < self._room():
                 self.seen.add(cand.hash)
                 fresh.append(cand)
-        for cand, outcome in self._evaluated(fresh):
-            child = self._record(cand, outcome, island, parent)
-            archive.add(child, parent)
-        return len(fresh)
+        return parent, fresh
 
     def _room(self) -> int:
         left = self.budget.evaluations_left()
         return self.settings.batch if left is None else min(self.settings.batch, left)
 
-    def _evaluated(self, fresh: Sequence[Candidate]) -> Iterable[tuple[Candidate, Outcome]]:
-        """Finished evaluations from the run log, the rest from the evaluator."""
-        todo = [c for c in fresh if c.hash not in self._replay]
-        done = {c.hash: c for c in fresh if c.hash in self._replay}
-        for cand in fresh:
-            if cand.hash in done:
-                old = self._replay[cand.hash]
-                yield cand, Outcome(old.cell, old.fitness, old.stage, old.reason)
-        if todo:
-            self.budget.charge(evaluations=len(todo))
-            yield from self.evaluate(todo)
+    def _settle(self, planned: Sequence[tuple[int, Individual, list[Candidate]]]) -> None:
+        """One batch for the whole generation, recorded in island then proposal order, so
+        neither the evaluator nor the order its answers come in changes the run. Each
+        answer is recorded (and logged) as soon as all before it in that order are, so a
+        killed run keeps what had finished."""
+        order = [(island, parent, c) for island, parent, fresh in planned for c in fresh]
+        outcomes = {c.hash: self._logged(c.hash) for _, _, c in order if c.hash in self._replay}
+        todo = [c for _, _, c in order if c.hash not in outcomes]
+        recorded = self._record_ready(order, outcomes, 0)
+        for cand, outcome in self.evaluate(todo) if todo else ():
+            outcomes[cand.hash] = outcome
+            recorded = self._record_ready(order, outcomes, recorded)
+        if recorded < len(order):
+            missing = ", ".join(c.short for _, _, c in order[recorded:] if c.hash not in outcomes)
+            raise RuntimeError(f"the evaluator left out candidates {missing}")
+
+    def _record_ready(self, order: Sequence[tuple[int, Individual, Candidate]],
+                      outcomes: Mapping[str, Outcome], start: int) -> int:
+        """Record the answered run of `order` from `start`; where the next one starts."""
+        while start < len(order) and order[start][2].hash in outcomes:
+            island, parent, cand = order[start]
+            child = self._record(cand, outcomes[cand.hash], island, parent)
+            self.archives[island].add(child, parent)
+            start += 1
+        return start
+
+    def _logged(self, digest: str) -> Outcome:
+        old = self._replay[digest]
+        return Outcome(old.cell, old.fitness, old.stage, old.reason)
 
     def _record(self, cand: Candidate, outcome: Outcome, island: int,
                 parent: Individual) -> Individual:
