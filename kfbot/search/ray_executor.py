@@ -1,0 +1,335 @@
+"""Evaluations on Ray actors: one GPU each, on any node of a Ray cluster.
+
+    executor = RayExecutor(task, settings, address="ray://head:10001")
+    for cand, ev in executor.evaluate(batch):   # input order, as EngineExecutor
+        ...
+    executor.close()
+
+Each actor holds one engine (`num_gpus=1`, so Ray gives it one GPU and sets its
+CUDA_VISIBLE_DEVICES) and evaluates chunks of a batch; builds run on the actor's
+node, on its cores, cached under `settings.cache_dir` there. The task's source tree
+is shipped with the actor: a node that holds the same files at the same path uses them
+in place (and shares the build cache), any other node unpacks them into a temporary
+folder and evaluates there. An actor or node lost mid-run costs only the chunk it
+held: the chunk is retried on a fresh actor, at most `max_tries` times, and then
+recorded as a `runtime` failure that says why.
+
+Ray is an optional extra (`pip install 'kfbot[ray]'`); it is imported only here and
+only when a RayExecutor is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import io
+import math
+import os
+import tarfile
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.engine import Engine, EngineSettings
+from kfbot.evaluate.evaluation import Evaluation, failed
+from kfbot.evaluate.task import KernelTask
+
+SOURCE_LIMIT = 64 << 20  # bytes of source shipped with each actor; raise it with source_limit
+# Folders that hold outputs, caches or history, never what a build needs.
+SKIPPED_DIRS = frozenset({".git", ".kfbot", "__pycache__", "build", "dist", ".venv", "venv",
+                          "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+# What a lost actor or node raises in ray.get; anything else is a bug and is raised.
+LOST = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
+        "NodeDiedError", "ObjectLostError", "OwnerDiedError")
+
+
+def ray_module() -> ModuleType:
+    """Ray, or a KfbotError that says how to install it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise KfbotError("the Ray executor needs Ray: pip install 'kfbot[ray]'",
+                         EXIT_MISSING_TOOL) from exc
+
+
+class Evaluator(Protocol):
+    """What an actor holds: the Engine, or a stand-in with the same two methods."""
+
+    def evaluate_many(self, candidates: Sequence[Candidate]
+                      ) -> Iterable[tuple[Candidate, Evaluation]]:
+        ...
+
+    def __exit__(self, *exc: object) -> None:
+        ...
+
+
+EvaluatorFactory = Callable[[KernelTask, EngineSettings], Evaluator]
+
+
+def engine_factory(task: KernelTask, settings: EngineSettings) -> Evaluator:
+    return Engine(task, settings)
+
+
+# --- the task's source tree, shipped to nodes that lack it ------------------------------
+
+
+@dataclass(frozen=True)
+class SourceBundle:
+    """The task root's files as a gzipped tar, with each file's sha256 by path."""
+
+    data: bytes
+    manifest: Mapping[str, str]
+
+
+def pack_source(root: Path, limit: int = SOURCE_LIMIT) -> SourceBundle:
+    files = sorted(_source_files(root))
+    size = sum((root / f).stat().st_size for f in files)
+    if size > limit:
+        raise KfbotError(f"{root}: {size >> 20} MiB of source to ship to Ray nodes, over the "
+                         f"{limit >> 20} MiB limit; put the repository at the same path on "
+                         "every node and pass ship_source=False")
+    buffer = io.BytesIO()
+    manifest = {}
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for rel in files:
+            tar.add(root / rel, arcname=rel, recursive=False)
+            manifest[rel] = _sha256(root / rel)
+    return SourceBundle(buffer.getvalue(), manifest)
+
+
+def _source_files(root: Path) -> Iterable[str]:
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info")]
+        for name in names:
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink():
+                yield path.relative_to(root).as_posix()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def place_source(bundle: SourceBundle, root: Path) -> Path:
+    """`root` when it holds the shipped files unchanged, else a fresh unpacked copy."""
+    if all((root / rel).is_file() and _sha256(root / rel) == digest
+           for rel, digest in bundle.manifest.items()):
+        return root
+    target = Path(tempfile.mkdtemp(prefix="kfbot-task-"))
+    with tarfile.open(fileobj=io.BytesIO(bundle.data), mode="r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):  # Python 3.10.12+: refuse paths out of target
+            tar.extractall(target, filter="data")
+        else:
+            tar.extractall(target)
+    return target
+
+
+# --- the actor ------------------------------------------------------------------------
+
+
+class EvalActor:
+    """One evaluator on one node; Ray makes it an actor with `ray.remote(num_gpus=1)`."""
+
+    def __init__(self, factory: EvaluatorFactory, task: KernelTask, settings: EngineSettings,
+                 bundle: SourceBundle | None) -> None:
+        root = place_source(bundle, task.root) if bundle is not None else task.root
+        # Ray has set CUDA_VISIBLE_DEVICES to this actor's GPU; a GPU index from the
+        # driver's machine would point elsewhere here.
+        self.evaluator = factory(replace(task, root=root), replace(settings, gpu=None))
+        self.root = root
+
+    def evaluate(self, candidates: Sequence[Candidate]) -> list[Evaluation]:
+        done = {cand.hash: ev for cand, ev in self.evaluator.evaluate_many(candidates)}
+        return [done[cand.hash] for cand in candidates]
+
+    def where(self) -> dict[str, Any]:
+        """The process, node and folder this actor evaluates in."""
+        node = importlib.import_module("ray").get_runtime_context().get_node_id()
+        return {"pid": os.getpid(), "node": node, "root": str(self.root)}
+
+    def close(self) -> None:
+        self.evaluator.__exit__(None, None, None)
+
+
+# --- the executor ---------------------------------------------------------------------
+
+
+PING = -1  # a running call that checks a fresh actor is up, not a chunk of work
+
+
+class RayExecutor:
+    """Evaluates batches on Ray actors, one GPU each; results in the order given.
+
+    A lost actor is replaced at once, but its replacement gets work only after it has
+    answered a ping: while Ray waits for a GPU for it (its node is gone), the chunks go
+    to the actors still alive. A slot whose actor is lost `max_tries` times in a row
+    (it cannot start: bad source, a broken node) is retired.
+    """
+
+    def __init__(self, task: KernelTask, settings: EngineSettings, address: str | None = None,
+                 *, actors: int | None = None, num_gpus: float = 1.0,
+                 factory: EvaluatorFactory = engine_factory, ship_source: bool = True,
+                 source_limit: int = SOURCE_LIMIT, max_tries: int = 3,
+                 chunk: int | None = None, stall_s: float = 3600.0) -> None:
+        self.ray = ray_module()
+        self._owns_ray = not self.ray.is_initialized()
+        if self._owns_ray:
+            self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        self.lost = tuple(getattr(self.ray.exceptions, n) for n in LOST
+                          if hasattr(self.ray.exceptions, n))
+        self.max_tries, self.chunk, self.stall_s = max_tries, chunk, stall_s
+        count = actors or self._gpu_slots(num_gpus)
+        bundle = pack_source(task.root, source_limit) if ship_source else None
+        remote = self.ray.remote(EvalActor).options(num_gpus=num_gpus)
+        args = (factory, task, settings, self.ray.put(bundle))
+        self._spawn: Callable[[], Any] = lambda: remote.remote(*args)
+        self.actors: list[Any | None] = [self._spawn() for _ in range(count)]
+        self._idle: deque[int] = deque(range(count))
+        self._warming: dict[Any, int] = {}  # ping ref -> slot of a replacement actor
+        self._strikes = [0] * count
+        self._last_loss = ""
+
+    def _gpu_slots(self, num_gpus: float) -> int:
+        gpus = float(self.ray.cluster_resources().get("GPU", 0))
+        if num_gpus > 0 and gpus < num_gpus:
+            raise KfbotError("the Ray cluster has no GPU for an evaluation actor "
+                             f"({gpus:g} GPUs, each actor needs {num_gpus:g})", EXIT_MISSING_TOOL)
+        return max(1, math.floor(gpus / num_gpus)) if num_gpus > 0 else 1
+
+    def evaluate(self, candidates: Sequence[Candidate]) -> list[tuple[Candidate, Evaluation]]:
+        batch = _Batch(candidates, self._chunks(len(candidates)))
+        running = {ref: (slot, PING) for ref, slot in self._warming.items()}
+        while not batch.complete():
+            while batch.pending and self._idle:
+                slot, c = self._idle.popleft(), batch.pending.popleft()
+                running[self._actor(slot).evaluate.remote(batch.chunk(c))] = (slot, c)
+            if not running:
+                batch.fail_pending(f"no Ray actor left to evaluate on; last loss: "
+                                   f"{self._last_loss}")
+                break
+            ready, _ = self.ray.wait(list(running), num_returns=1, timeout=self.stall_s)
+            if not ready:
+                self._stalled(batch, running)
+                break
+            self._collect(ready[0], running, batch)
+        self._warming = {ref: slot for ref, (slot, c) in running.items() if c == PING}
+        return batch.pairs()
+
+    def _collect(self, ref: Any, running: dict[Any, tuple[int, int]], batch: _Batch) -> None:
+        slot, c = running.pop(ref)
+        try:
+            value = self.ray.get(ref)
+        except self.lost as exc:
+            self._last_loss = _first_line(exc)
+            if c != PING:
+                batch.lost(c, self.max_tries, self._last_loss)
+            self._restart(slot, running)
+            return
+        if c != PING:
+            batch.done(c, value)
+        self._strikes[slot] = 0
+        self._idle.append(slot)
+
+    def _restart(self, slot: int, running: dict[Any, tuple[int, int]]) -> None:
+        """A fresh actor in the lost one's place (Ray puts it where a GPU is free),
+        pinged before it gets work; retired after `max_tries` losses in a row."""
+        with contextlib.suppress(Exception):  # gone with its node: nothing to release
+            self.ray.kill(self.actors[slot], no_restart=True)
+        self._strikes[slot] += 1
+        if self._strikes[slot] >= self.max_tries:
+            self.actors[slot] = None
+            return
+        actor = self.actors[slot] = self._spawn()
+        running[actor.where.remote()] = (slot, PING)
+
+    def _stalled(self, batch: _Batch, running: dict[Any, tuple[int, int]]) -> None:
+        """Nothing came back in time (no GPU free, a node gone silent): record why."""
+        why = f"no Ray actor answered in {self.stall_s:g} s"
+        for ref, (slot, c) in list(running.items()):
+            if c != PING:
+                del running[ref]
+                batch.fail(c, why)
+                self._restart(slot, running)
+        batch.fail_pending(why)
+
+    def _actor(self, slot: int) -> Any:
+        actor = self.actors[slot]
+        assert actor is not None, f"slot {slot} is retired and never idle"
+        return actor
+
+    def _chunks(self, n: int) -> list[list[int]]:
+        """About two chunks per actor: builds overlap inside a chunk, and a lost actor
+        costs one chunk; `chunk` fixes the size."""
+        size = self.chunk or max(1, math.ceil(n / (2 * len(self.actors))))
+        return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
+
+    def where(self) -> list[dict[str, Any]]:
+        """Where each working actor runs: process, node and folder."""
+        working = [self._actor(slot) for slot in self._idle]
+        return list(self.ray.get([a.where.remote() for a in working]))
+
+    def close(self) -> None:
+        """Closes the engines of the working actors, then ends every actor."""
+        for slot in self._idle:
+            with contextlib.suppress(Exception):  # a lost actor has nothing left to close
+                self.ray.get(self._actor(slot).close.remote(), timeout=60)
+        for actor in self.actors:
+            if actor is not None:
+                self.ray.kill(actor)
+        self.actors, self._idle, self._warming = [], deque(), {}
+        if self._owns_ray:
+            self.ray.shutdown()
+
+
+class _Batch:
+    """One `evaluate` call: its chunks, what came back, and what is still to send."""
+
+    def __init__(self, candidates: Sequence[Candidate], chunks: list[list[int]]) -> None:
+        self.candidates = candidates
+        self.chunks = chunks
+        self.results: list[Evaluation | None] = [None] * len(candidates)
+        self.tries = [0] * len(chunks)
+        self.pending: deque[int] = deque(range(len(chunks)))
+
+    def chunk(self, c: int) -> list[Candidate]:
+        return [self.candidates[i] for i in self.chunks[c]]
+
+    def done(self, c: int, evaluations: Sequence[Evaluation]) -> None:
+        for i, ev in zip(self.chunks[c], evaluations, strict=True):
+            self.results[i] = ev
+
+    def lost(self, c: int, max_tries: int, why: str) -> None:
+        """Back to the front of the queue, or a runtime failure after `max_tries`."""
+        self.tries[c] += 1
+        if self.tries[c] < max_tries:
+            self.pending.appendleft(c)
+        else:
+            self.fail(c, f"its Ray actor was lost {self.tries[c]} times; last: {why}")
+
+    def complete(self) -> bool:
+        return all(ev is not None for ev in self.results)
+
+    def fail_pending(self, why: str) -> None:
+        while self.pending:
+            self.fail(self.pending.popleft(), why)
+
+    def fail(self, c: int, why: str) -> None:
+        for i in self.chunks[c]:
+            self.results[i] = failed(self.candidates[i].hash, "runtime", why)
+
+    def pairs(self) -> list[tuple[Candidate, Evaluation]]:
+        missing = [i for i, ev in enumerate(self.results) if ev is None]
+        assert not missing, f"candidates {missing} got no evaluation"
+        pairs = zip(self.candidates, self.results, strict=True)
+        return [(cand, ev) for cand, ev in pairs if ev is not None]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

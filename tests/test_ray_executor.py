@@ -1,0 +1,205 @@
+"""The Ray executor on a local Ray cluster, with CPU-only stand-in evaluations.
+
+The cluster is a head with no GPU and two worker nodes that each declare one (fake)
+GPU, so `num_gpus=1` actors schedule here and land on different nodes, as on a real
+cluster. The stand-in answers from the candidate's params (no build, no GPU) and can
+sleep, or kill its own worker process, to stand for slow and crashing evaluations.
+Without Ray installed only the no-Ray test runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kfbot.config import load_config
+from kfbot.errors import KfbotError
+from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.engine import EngineSettings
+from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.scan.scanner import scan
+from kfbot.scan.select import select_kernel
+from kfbot.search.ray_executor import RayExecutor, pack_source, place_source, ray_module
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
+KERNEL = "csrc/softmax.cu"
+
+
+class StandIn:
+    """Evaluates from params, reading the kernel source from the task's root on the node."""
+
+    def __init__(self, task: KernelTask, settings: EngineSettings) -> None:
+        self.source = (task.root / KERNEL).read_bytes()
+
+    def evaluate_many(self, candidates: Sequence[Candidate]
+                      ) -> Iterator[tuple[Candidate, Evaluation]]:
+        for cand in candidates:
+            _misbehave(cand.params)
+            ev = expected(cand, self.source)
+            yield cand, Evaluation(ev.candidate, ev.stage, ev.ok, ev.reason,
+                                   environment={"pid": os.getpid()})
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _misbehave(params: Any) -> None:
+    time.sleep(float(params.get("SLEEP", 0)))
+    if params.get("CRASH") == "always":
+        os._exit(1)
+    marker = params.get("CRASH_ONCE")
+    if marker and not Path(marker).exists():
+        Path(marker).write_text("crashed here once")
+        os._exit(1)
+
+
+def expected(cand: Candidate, source: bytes) -> Evaluation:
+    digest = hashlib.sha256(source).hexdigest()[:12]
+    block = int(cand.params.get("BLOCK", "0"))
+    return Evaluation(cand.hash, "done", block % 64 == 0, f"block {block}, source {digest}")
+
+
+def same(ev: Evaluation, want: Evaluation) -> bool:
+    return (ev.candidate, ev.stage, ev.ok, ev.reason) == (want.candidate, want.stage,
+                                                          want.ok, want.reason)
+
+
+def blocks(*values: int, **extra: str) -> list[Candidate]:
+    return [Candidate(params={"BLOCK": str(v), **extra}, origin="params") for v in values]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    # The stand-in lives in this file: Ray's workers import it from here.
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *filter(None, [old])])
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    for _ in range(2):
+        nodes.add_node(num_cpus=2, num_gpus=1)
+    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False)
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH")
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(scope="module")
+def task() -> KernelTask:
+    config = load_config(None, FIXTURE)
+    return make_task(select_kernel(scan(FIXTURE, config).kernels, "softmax_kernel"),
+                     FIXTURE, config)
+
+
+def executor(task: KernelTask, tmp_path: Path, **options: Any) -> RayExecutor:
+    return RayExecutor(task, EngineSettings(cache_dir=tmp_path / "cache"), None,
+                       factory=StandIn, **options)
+
+
+def test_results_in_input_order_from_both_gpus(cluster: Any, task: KernelTask,
+                                               tmp_path: Path) -> None:
+    run = executor(task, tmp_path, chunk=1)
+    try:
+        assert len(run.actors) == 2  # one per GPU in the cluster
+        batch = blocks(512, 32, 256, 96, 1024, 64, 128, 160, **{"SLEEP": "0.2"})
+        results = run.evaluate(batch)
+        places = run.where()
+    finally:
+        run.close()
+    source = (FIXTURE / KERNEL).read_bytes()
+    assert [c for c, _ in results] == batch
+    assert all(same(ev, expected(c, source)) for c, ev in results)
+    assert len({ev.environment["pid"] for _, ev in results}) == 2
+    assert len({p["node"] for p in places}) == 2
+
+
+def test_crashed_actor_work_is_retried_on_a_fresh_actor(cluster: Any, task: KernelTask,
+                                                         tmp_path: Path) -> None:
+    marker = tmp_path / "crashed"
+    batch = [*blocks(64, 128), *blocks(192, CRASH_ONCE=str(marker)), *blocks(256)]
+    run = executor(task, tmp_path, chunk=1)
+    try:
+        results = run.evaluate(batch)
+    finally:
+        run.close()
+    assert marker.exists()  # the crash really happened, mid-evaluation
+    source = (FIXTURE / KERNEL).read_bytes()
+    assert [c for c, _ in results] == batch
+    assert all(same(ev, expected(c, source)) for c, ev in results)
+
+
+def test_gives_up_after_max_tries_with_a_runtime_failure(cluster: Any, task: KernelTask,
+                                                         tmp_path: Path) -> None:
+    batch = [*blocks(64), *blocks(96, CRASH="always"), *blocks(128)]
+    run = executor(task, tmp_path, chunk=1, max_tries=2)
+    try:
+        results = run.evaluate(batch)
+    finally:
+        run.close()
+    doomed = results[1][1]
+    assert (doomed.stage, doomed.ok) == ("runtime", False)
+    assert "lost 2 times" in doomed.reason
+    assert [ev.ok for _, ev in results] == [True, False, True]
+
+
+def test_a_node_lost_mid_run_costs_only_its_in_flight_work(cluster: Any, task: KernelTask,
+                                                           tmp_path: Path) -> None:
+    doomed = cluster.add_node(num_cpus=2, num_gpus=1)
+    cluster.wait_for_nodes()
+    run = executor(task, tmp_path, chunk=1)
+    try:
+        places = run.where()
+        assert len(places) == 3 and doomed.node_id in {p["node"] for p in places}
+        batch = blocks(*range(32, 32 * 13, 32), SLEEP="0.5")
+        out: list[list[tuple[Candidate, Evaluation]]] = []
+        worker = threading.Thread(target=lambda: out.append(run.evaluate(batch)))
+        worker.start()
+        time.sleep(1.0)  # every actor is inside its second evaluation
+        cluster.remove_node(doomed)
+        worker.join(timeout=60)
+        survivors = run.where()  # the replacement waits for a GPU, so gets no work
+    finally:
+        run.close()
+    source = (FIXTURE / KERNEL).read_bytes()
+    assert out and [c for c, _ in out[0]] == batch
+    assert all(same(ev, expected(c, source)) for c, ev in out[0])
+    assert doomed.node_id not in {p["node"] for p in survivors} and len(survivors) == 2
+
+
+def test_source_is_unpacked_where_the_task_root_is_missing(tmp_path: Path) -> None:
+    bundle = pack_source(FIXTURE)
+    assert place_source(bundle, FIXTURE) == FIXTURE  # same files here: used in place
+    elsewhere = place_source(bundle, tmp_path / "not-on-this-node")
+    assert elsewhere != FIXTURE
+    assert (elsewhere / KERNEL).read_bytes() == (FIXTURE / KERNEL).read_bytes()
+    assert sorted(bundle.manifest) == sorted(
+        p.relative_to(elsewhere).as_posix() for p in elsewhere.rglob("*") if p.is_file())
+
+
+def test_source_over_the_limit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(KfbotError, match="over the 0 MiB limit"):
+        pack_source(FIXTURE, limit=1000)
+
+
+def test_without_ray_the_error_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                      task: KernelTask, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(KfbotError, match=r"pip install 'kfbot\[ray\]'") as caught:
+        ray_module()
+    assert caught.value.exit_code == 3
+    with pytest.raises(KfbotError, match=r"needs Ray: pip install 'kfbot\[ray\]'"):
+        executor(task, tmp_path)
