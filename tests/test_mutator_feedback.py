@@ -114,3 +114,24 @@ def test_strategy_hints_change_after_a_child_that_did_not_improve(task: KernelTa
     fake.script(Reply.text(NOT_AN_EDIT))
     mut.propose(2, _parent(), rng)
     assert mut.meta[2].splitlines()[-1] in _prompt(fake)
+
+
+def test_the_search_teaches_the_mutators_what_each_result_showed(task: KernelTask,
+                                                                  fake: FakeAnthropic) -> None:
+    from kfbot.search.runner import _learner
+
+    mut = _mutators(task, fake)
+    child = Candidate(files={"csrc/softmax.cu": "// tried"}, origin="llm",
+                      parent=ORIGINAL.hash)
+    mut.candidates[child.hash] = child
+    slower = failed(child.hash, "correctness", "wrong at row 9")
+    shown: list[Individual] = []
+    learn = _learner(mut, {child.hash: slower}, random.Random(1), shown.append)
+    mut.meta[1] = "Make small, safe edits: one idea per proposal."
+    ind = Individual(child.hash, ORIGINAL.hash, 1, cell_of([], None), None, "correctness",
+                     "wrong at row 9", "llm", 1)
+    learn(ind)
+    assert shown == [ind]
+    assert mut.findings[child.hash][0] == "unknown"
+    assert any("wrong at row 9" in f for f in mut.failures[1])
+    assert mut.meta[1] != "Make small, safe edits: one idea per proposal."

@@ -441,7 +441,8 @@ def test_optimize_publish_takes_the_runs_winner_and_lessons(
     best = Individual(cand.hash, None, 0, Cell("global", "none", "thread-per-element", "256"),
                       1.6, "done", "correct", "rules", 1)
     outcome = OptimizeOutcome(SearchResult(best, [], [best]), _evaluation(1.6, cand.hash), cand,
-                              {"evaluations": 1.0})
+                              {"evaluations": 1.0},
+                              committed=(_evaluation(1.6, cand.hash), cand))
     args = argparse.Namespace(config=None, repo_slug=SLUG, remote="origin", draft=None,
                               publish_dry_run=None)
 
@@ -456,6 +457,9 @@ def test_optimize_publish_takes_the_runs_winner_and_lessons(
     assert "- float4 loads (rules, NVIDIA H100): 1.600x faster" in body
     assert "bigger blocks" in body and "1 evaluation on 2 islands." in body
 
-    tuned = replace(outcome, best_candidate=replace(cand, params={"kBlockSize": "512"}))
+    # The winner needs a build parameter and nothing file-only was faster: not published.
+    tuned = replace(outcome, best_candidate=replace(cand, params={"kBlockSize": "512"}),
+                    committed=None)
     skipped = publish_after_run(task, tuned, 2, args)
-    assert skipped.operation == "skipped" and "build parameters (kBlockSize)" in skipped.message
+    assert skipped.operation == "skipped"
+    assert "build parameters: kBlockSize" in skipped.message

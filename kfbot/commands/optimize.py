@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits, parse_duration
+from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
+from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import NO_KEY_NOTICE, LlmMutator, LlmSettings
 from kfbot.search.runner import OptimizeSettings, make_plan, optimize
 
@@ -38,7 +41,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--seed", type=int, default=None, help="default: a random seed, printed")
     p.add_argument("--resume", metavar="RUN_ID", help="continue a killed run")
     p.add_argument("--no-llm", action="store_true", help="params and rules mutators only")
-    p.add_argument("--gpu", type=int, default=None)
+    p.add_argument("--gpu", type=int, default=None, help="one GPU (same as --gpus N)")
+    p.add_argument("--gpus", metavar="LIST", help="GPU indices to use, e.g. 0,2 "
+                   "(default: every visible GPU, one evaluation worker each)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where evaluations run: this machine's GPUs, or a Ray cluster")
+    p.add_argument("--address", metavar="ADDR",
+                   help="the Ray cluster to join (with --executor ray; default: start one)")
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
     pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
@@ -57,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     if args.budget_evals < 1 or args.islands < 1:
         raise KfbotError("--budget-evals and --islands must be at least 1")
+    gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
     kernels = scan(root, config).kernels
@@ -71,12 +81,12 @@ def run(args: argparse.Namespace) -> int:
     worst = EXIT_OK
     for kernel in chosen:
         task = make_task(kernel, root, config)
-        worst = max(worst, _one(task, settings, args, console))
+        worst = max(worst, _one(task, settings, args, console, gpus))
     return worst
 
 
 def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
-         console: Console) -> int:
+         console: Console, gpus: list[int]) -> int:
     llm_state = "off (--no-llm)" if args.no_llm else \
         ("on" if _has_key() else NO_KEY_NOTICE.removeprefix("llm mutator off: "))
     for line in make_plan(task, settings, llm_state).lines():
@@ -85,7 +95,7 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
         return EXIT_OK
     run_id = args.resume or f"{task.kernel_name}-{settings.seed}"
     run_dir = task.root / ".kfbot" / "runs" / run_id
-    engine = Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=args.gpu))
+    engine = Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None))
     with engine:
         engine.probe()  # no GPU: say so now, after the plan
         base = engine.baseline()
@@ -94,12 +104,14 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
                              f"{base.reason}")
         llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
         view = _View(settings.islands)
-        with Live(view.table(), console=console, refresh_per_second=4) as live:
+        executor = _executor(task, engine, args, gpus)
+        with contextlib.closing(executor), \
+                Live(view.table(), console=console, refresh_per_second=4) as live:
             def shown(ind: Individual) -> None:
                 view.add(ind)
                 live.update(view.table())
 
-            outcome = optimize(task, engine, settings, run_dir, llm, shown)
+            outcome = optimize(task, engine, settings, run_dir, llm, shown, executor)
     best = outcome.best
     console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
     if best is None:
@@ -117,6 +129,32 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
         console.print(published.message, highlight=False, markup=False, soft_wrap=True)
         code = max(code, EXIT_FAILURE if published.operation == "skipped" else EXIT_OK)
     return code
+
+
+def _gpus(args: argparse.Namespace) -> list[int]:
+    """The GPUs to run workers on: --gpu, --gpus, or every visible one."""
+    if args.address is not None and args.executor != "ray":
+        raise KfbotError("--address is for --executor ray")
+    if args.executor == "ray":
+        from kfbot.search.ray_executor import ray_module  # Ray only when asked for
+
+        ray_module()
+    if args.gpu is not None:
+        if args.gpus is not None:
+            raise KfbotError("--gpu and --gpus both given: use one of them")
+        return [args.gpu]
+    return choose_gpus(args.gpus, visible_gpus())
+
+
+def _executor(task: KernelTask, engine: Engine, args: argparse.Namespace,
+              gpus: list[int]) -> Executor:
+    if args.executor == "ray":
+        from kfbot.search.ray_executor import RayExecutor
+
+        return RayExecutor(task, engine.settings, args.address)
+    if len(gpus) < 2:
+        return EngineExecutor(engine)
+    return LocalGpuExecutor(gpus, engines_per_gpu(task, engine.settings, first=engine))
 
 
 def _duration(text: str) -> float:

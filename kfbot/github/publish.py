@@ -142,15 +142,16 @@ def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
     settings = PublishSettings(github=load_config(args.config, task.root).github,
                                repo_slug=args.repo_slug, remote=args.remote, draft=args.draft,
                                dry_run_dir=args.publish_dry_run)
-    ev, cand = outcome.best, outcome.best_candidate
     branch = pr_branch(task.kernel_id)
-    if ev is None or cand is None:
+    if outcome.best is None or outcome.best_candidate is None:
         return PublishResult("skipped", "not published: no correct candidate beat the original",
                              branch)
-    if cand.params:
-        names = ", ".join(sorted(cand.params))
-        return PublishResult("skipped", f"not published: the winner sets build parameters "
-                             f"({names}), which kfbot cannot commit as file changes", branch)
+    if outcome.committed is None:  # the faster ones all need build parameters
+        names = ", ".join(sorted(outcome.best_candidate.params)) or "none"
+        return PublishResult("skipped", "not published: no candidate that changes files "
+                             f"only was faster (the winner sets build parameters: {names}, "
+                             "which kfbot cannot commit as file changes)", branch)
+    ev, cand = outcome.committed  # the fastest file-only candidate
     experience = task.root / DEFAULT_PATH
     lessons = tuple(lesson for lesson in (read_lessons(experience) if experience.is_file()
                                           else ()) if lesson.kernel == task.kernel_id)

@@ -3,10 +3,11 @@
     plan = make_plan(task, settings, llm_on=False)       # no GPU needed
     outcome = optimize(task, engine, settings, run_dir)  # the GPU search
 
-The search runs the islands over the engine (builds in parallel, GPU work in one
-worker); every evaluation is logged under the run folder so `--resume` continues a
-killed run. At the end the best candidate's patch, a Markdown and JSON report and the
-progress charts are written there, lessons go to the experience file, and a winner
+The search runs the islands through an executor (by default the engine alone: builds
+in parallel, GPU work in one worker; or one worker per GPU); every evaluation is
+logged under the run folder so `--resume` continues a killed run. At the end the
+best candidate's patch, a Markdown and JSON report and the progress charts are
+written there, lessons go to the experience file, and a winner
 that is correct, cheat-free, significantly faster and not flagged for review is
 committed to a new local branch through a git worktree.
 """
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable, Iterable, Sequence
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.anticheat.sources import units
+from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
@@ -30,9 +33,17 @@ from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
 from kfbot.search.budget import Budget, Limits
-from kfbot.search.experience import Lesson, append_lessons
+from kfbot.search.executor import EngineExecutor, Executor
+from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
 from kfbot.search.features import cell_of
-from kfbot.search.islands import IslandSearch, Outcome, RunLog, SearchResult, SearchSettings
+from kfbot.search.islands import (
+    Evaluate,
+    IslandSearch,
+    Outcome,
+    RunLog,
+    SearchResult,
+    SearchSettings,
+)
 from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
@@ -45,6 +56,7 @@ from kfbot.search.report import (
     unified_patch,
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
+from kfbot.search.winner import committable, params_note
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,8 @@ class OptimizeOutcome:
     spent: dict[str, float]
     files: dict[str, Path] = field(default_factory=dict)
     adequacy: Adequacy | None = None  # whether the repository's test can be trusted alone
+    # The fastest publishable candidate that changes files only: what a branch can hold.
+    committed: tuple[Evaluation, Candidate] | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -109,34 +123,85 @@ def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
 
 def optimize(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_dir: Path,
              llm: LlmMutator | None = None,
-             on_result: Callable[[Individual], None] | None = None) -> OptimizeOutcome:
-    """The search on the GPU. The engine's baseline must already have passed."""
+             on_result: Callable[[Individual], None] | None = None,
+             executor: Executor | None = None) -> OptimizeOutcome:
+    """The search on the GPU. The engine's baseline must already have passed.
+
+    Evaluations run through `executor` (default: the engine alone, one GPU); the
+    caller closes an executor it passes in.
+    """
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
     mut = Mutators(task, knobs(task.tunables), load_rewrites(), llm,
-                   task_text=_task_text(task), batch=settings.batch)
+                   task_text=_task_text(task), batch=settings.batch,
+                   lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
                           "the original", "original", 0)
     evaluations: dict[str, Evaluation] = {}
+    learn = _learner(mut, evaluations, random.Random(f"{settings.seed}:meta"), on_result)
 
-    def evaluate(cands: Sequence[Candidate]) -> Iterable[tuple[Candidate, Outcome]]:
-        for cand, ev in engine.evaluate_many(cands):
-            evaluations[cand.hash] = ev
-            fitness = ev.speedup if ev.ok and ev.speedup is not None else None
-            yield cand, Outcome(cell_for(task, dict(cand.files)), fitness, ev.stage, ev.reason)
+    def outcome_of(cand: Candidate, ev: Evaluation) -> Outcome:
+        fitness = ev.speedup if ev.ok and ev.speedup is not None else None
+        return Outcome(cell_for(task, dict(cand.files)), fitness, ev.stage, ev.reason)
 
+    evaluate = through(executor or EngineExecutor(engine), outcome_of, evaluations)
     search = IslandSearch(original, mut.propose, evaluate, budget,
                           SearchSettings(settings.islands, settings.migrate_every,
-                                         settings.batch, settings.seed), log, on_result)
+                                         settings.batch, settings.seed), log, learn)
     result = search.run()
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
-                              adequacy=engine.adequacy())
+                              adequacy=engine.adequacy(),
+                              committed=committable(evaluations, mut.candidates))
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.Random,
+             shown: Callable[[Individual], None] | None) -> Callable[[Individual], None]:
+    """Tells the mutators what each recorded evaluation taught, then shows it."""
+    fitness = {ORIGINAL.hash: 1.0}
+
+    def learn(child: Individual) -> None:
+        ev, cand = evaluations.get(child.hash), mut.candidates.get(child.hash)
+        if ev is not None and cand is not None:  # replayed ones were learnt from before
+            parent = fitness.get(child.parent or "", 1.0)
+            improved = child.fitness is not None and child.fitness > parent
+            mut.note_result(child.island, cand, ev, improved, rng)
+        if child.fitness is not None:
+            fitness[child.hash] = child.fitness
+        if shown is not None:
+            shown(child)
+
+    return learn
+
+
+def _known_lessons(task: KernelTask, gpu: str) -> tuple[str, ...]:
+    """Lessons from earlier runs worth showing the LLM, most relevant first."""
+    path = task.root / DEFAULT_PATH
+    if not path.is_file():
+        return ()
+    try:
+        found = relevant(read_lessons(path), task.kernel_id, gpu, limit=8)
+    except KfbotError:
+        return ()  # a damaged experience file must not stop the search; lessons says why
+    return tuple(f"{lesson.kernel} on {lesson.gpu}: {lesson.change} ({lesson.origin}) -> "
+                 f"{lesson.summary()}" for lesson in found)
+
+
+def through(executor: Executor, outcome: Callable[[Candidate, Evaluation], Outcome],
+            evaluations: dict[str, Evaluation]) -> Evaluate:
+    """The search's `evaluate` over an executor; every evaluation is kept in `evaluations`."""
+
+    def evaluate(cands: Sequence[Candidate]) -> Iterable[tuple[Candidate, Outcome]]:
+        for cand, ev in executor.evaluate(cands):
+            evaluations[cand.hash] = ev
+            yield cand, outcome(cand, ev)
+
+    return evaluate
 
 
 def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
@@ -158,6 +223,9 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     if outcome.adequacy is not None:
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
                   outcome.adequacy.markdown(), ""]
+    note = params_note(cand, outcome.committed[1] if outcome.committed else None)
+    if note is not None:
+        lines += ["## What the branch holds", "", note, ""]
     lines += ["## Progress", "", mermaid_chart(series), "## Search history", "",
               history_table(result.history)]
     (run_dir / "report.md").write_text("\n".join(lines))
@@ -169,11 +237,12 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     }, indent=1))
     files["report"] = run_dir / "report.md"
     _lessons(task, outcome)
-    if ev is not None and cand is not None and ev.publishable and not cand.params:
-        name = branch_name(task.kernel_id, cand.short)
-        write_branch(task.root, dict(cand.files), name,
-                     f"kfbot: {task.kernel_name} {ev.speedup or 0:.2f}x faster\n\n"
-                     f"{cand.rationale}")
+    if outcome.committed is not None:
+        won, chosen = outcome.committed
+        name = branch_name(task.kernel_id, chosen.short)
+        write_branch(task.root, dict(chosen.files), name,
+                     f"kfbot: {task.kernel_name} {won.speedup or 0:.2f}x faster\n\n"
+                     f"{chosen.rationale}")
         files["branch"] = Path(name)
     return files
 
