@@ -428,9 +428,13 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
         llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()))
         outcome = optimize(task, engine, settings, run_dir, llm)
     report = outcome.files["report"].read_text(encoding="utf-8")
-    best, cand = outcome.best, outcome.best_candidate
-    if best is None or cand is None:
+    if outcome.best is None:
         return Result(f"{task.kernel_name}: no correct candidate beat the original", report)
+    if outcome.committed is None:  # a winner needing build flags cannot be committed as is
+        return Result(f"{task.kernel_name}: {outcome.best.speedup or 0:.2f}x, not published: "
+                      "no candidate that changes files only was faster", report,
+                      best_speedup=outcome.best.speedup)
+    best, cand = outcome.committed  # the fastest candidate that changes files only
     today = datetime.date.today().isoformat()
     lessons = tuple(lesson for lesson in read_lessons(task.root / DEFAULT_PATH)
                     if lesson.kernel == task.kernel_id and lesson.date == today)
