@@ -283,8 +283,8 @@ def test_all_of_a_single_partial_block_wrong_is_a_tail_bug() -> None:
     assert compare(some, expected, Tolerance(1e-5, 1e-5), block=128).where != "tail_block"
 
 
-def test_within_passes_only_where_compare_passes() -> None:
-    from kfbot.evaluate.compare import within
+def test_close_all_passes_only_where_compare_passes() -> None:
+    from kfbot.evaluate.compare import close_all
 
     tol = Tolerance(atol=1e-3, rtol=1e-3)
     base = torch.linspace(-2, 2, 64)
@@ -300,7 +300,7 @@ def test_within_passes_only_where_compare_passes() -> None:
     seen = {}
     for name, actual in cases.items():
         want = expected.get(name, base)
-        seen[name] = within(actual, want, tol)
+        seen[name] = bool(close_all(actual, want, tol))  # a tensor, or False early
         if seen[name]:  # never more lenient than the full comparison
             assert compare(actual, want, tol).passed, name
     assert seen == {"equal": True, "close": True, "far": False, "nan both": True,

@@ -248,12 +248,12 @@ def _verdict(
 ) -> tuple[torch.Tensor, tuple[float, float], tuple[int, int, int], int]:
     """(mismatch mask, max errors, special counts, mismatched) with one synchronize:
     comparisons run many times per candidate, and each `.item()` waits for the GPU."""
-    bad, diff = _mismatches_mask(actual, expected, tol)
+    bad, diff, finite = _mismatches_mask(actual, expected, tol)
     if diff.numel() == 0:
         return bad, (0.0, 0.0), _special_counts(actual, expected), 0
     work = diff.dtype
     a, e = actual.to(work), expected.to(work)
-    bad_special = bad & ~(a.isfinite() & e.isfinite())
+    bad_special = bad & ~finite
     rel = diff / e.abs().clamp_min(torch.finfo(work).tiny)
     floats = (actual.is_floating_point(), actual.is_floating_point(),
               expected.is_floating_point())
@@ -270,16 +270,6 @@ def _verdict(
     return bad, errors, counts, int(stats[3])
 
 
-def within(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> bool:
-    """True only where `compare` would pass: same shape and dtype, every element close.
-
-    One reduction and one synchronize; False means "look closer with `compare`", not
-    necessarily a mismatch.
-    """
-    ok = close_all(actual, expected, tol)
-    return bool(ok) if isinstance(ok, bool) else bool(ok.item())
-
-
 def close_all(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance
               ) -> torch.Tensor | bool:
     """Whether every element is close, as a 0-dim bool tensor left on the device (no
@@ -291,24 +281,25 @@ def close_all(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance
         return False
     if actual.numel() == 0:
         return True
-    bad, _ = _mismatches_mask(actual, expected, tol)
+    bad, _, _ = _mismatches_mask(actual, expected, tol)
     return ~bad.any()
 
 
 def _mismatches_mask(
     actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The mask of mismatched elements and the finite |a - e| (no reductions)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The mask of mismatched elements, the finite |a - e| and the mask of pairs where
+    both are finite (no reductions)."""
     work = _work_dtype(actual, expected)
     a, e = actual.to(work), expected.to(work)
     finite = a.isfinite() & e.isfinite()
     diff = torch.where(finite, (a - e).abs(), 0.0)
     if _exact_integers(actual, expected, tol):
         # Integers are compared as integers: float64 cannot hold every int64.
-        return actual.ne(expected), diff
+        return actual.ne(expected), diff, finite
     close = finite & (diff <= tol.atol + tol.rtol * e.abs())
     same_special = (a.isnan() & e.isnan()) | (e.isinf() & a.eq(e))
-    return ~(close | same_special), diff
+    return ~(close | same_special), diff, finite
 
 
 def _exact_integers(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> bool:

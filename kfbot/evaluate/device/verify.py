@@ -154,10 +154,18 @@ def record(inputs: InputSet, against: str, passed: bool, check: str, **extra: An
     }
 
 
+NOTES = {
+    "reference": "within tolerance of the reference in the op's precision",
+    # Two float32 orders of summation may differ by more than the tolerance from each
+    # other while each is as close to the reference as float32 allows.
+    "original": "differs from the original, but is within tolerance of the reference",
+}
+
+
 def judge(
     result: Run, expected: Any, inputs: InputSet, against: str, ctx: Context,
     fallback: Callable[[], Any] | None = None,
-    note: str = "within tolerance of the reference in the op's precision",
+    note: str = NOTES["reference"],
 ) -> Record:
     """One output against one expectation, naming the check that failed.
 
@@ -267,14 +275,6 @@ def check_candidate(
         ctx.first_outputs.setdefault(inputs.group or inputs.label, []).append(
             (first.out, expected[0][1], inputs.label))
     return records
-
-
-NOTES = {
-    "reference": "within tolerance of the reference in the op's precision",
-    # Two float32 orders of summation may differ by more than the tolerance from each
-    # other while each is as close to the reference as float32 allows.
-    "original": "differs from the original, but is within tolerance of the reference",
-}
 
 
 def _as_reference(
