@@ -79,15 +79,10 @@ def overhead(console: Console, cache: Path, honest: list[Entry], timing: dict[st
     steady: dict[bool, list[float]] = {True: [], False: []}
     phases: dict[bool, dict[str, float]] = {True: {}, False: {}}
     console.print(f"overhead with {what} timing settings", highlight=False)
-    builds: list[float] = []
     for runtime in (True, False, True):
         started = time.monotonic()
         outcomes = run_corpus(FIXTURES, honest, settings(cache, runtime=runtime, timing=timing))
         wall = time.monotonic() - started
-        if not builds:  # the first pass builds every candidate (unless the cache has it)
-            builds = [o.evaluation.build_seconds for o in outcomes]
-            console.print(f"  builds: {statistics.fmean(builds):.1f} s per candidate "
-                          f"(min {min(builds):.1f}, max {max(builds):.1f})", highlight=False)
         totals[runtime].append(sum(o.evaluation.eval_seconds for o in outcomes))
         later = _after_first_per_session(outcomes)
         steady[runtime].append(statistics.fmean(later) if later else math.nan)
@@ -107,14 +102,6 @@ def overhead(console: Console, cache: Path, honest: list[Entry], timing: dict[st
                         ("on the GPU, steady state", steady)):
         on, off = statistics.fmean(data[True][1:]), statistics.fmean(data[False])
         _verdict(console, on / off - 1, label)
-    # What a search pays for each new candidate: its build, then the GPU work.
-    build = statistics.fmean(builds)
-    n = len(honest)
-    on = build + statistics.fmean(totals[True][1:]) / n
-    off = build + statistics.fmean(totals[False]) / n
-    console.print(f"a new candidate: build {build:.1f} s + GPU {on - build:.2f} s (checks on) "
-                  f"vs {off - build:.2f} s (off)", highlight=False)
-    _verdict(console, on / off - 1, "per new candidate, build included")
 
 
 def _verdict(console: Console, extra: float, label: str) -> None:
