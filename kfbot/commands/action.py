@@ -412,7 +412,7 @@ def _plan(task: KernelTask, s: SearchSettings) -> Result:
 def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                         github: GithubConfig, before_publish: Callable[[], None] | None
                         ) -> Result:
-    from kfbot.github.publish import PublishSettings, Winner, publish
+    from kfbot.github.publish import PublishSettings, publish, winner_of
     from kfbot.search.budget import Budget, Limits
     from kfbot.search.experience import DEFAULT_PATH, read_lessons
     from kfbot.search.llm import LlmMutator, LlmSettings
@@ -434,13 +434,11 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
         return Result(f"{task.kernel_name}: {outcome.best.speedup or 0:.2f}x, not published: "
                       "no candidate that changes files only was faster", report,
                       best_speedup=outcome.best.speedup)
-    best, cand = outcome.committed  # the fastest candidate that changes files only
+    best = outcome.committed[0]  # the fastest candidate that changes files only
     today = datetime.date.today().isoformat()
     lessons = tuple(lesson for lesson in read_lessons(task.root / DEFAULT_PATH)
                     if lesson.kernel == task.kernel_id and lesson.date == today)
-    winner = Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), best,
-                    cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
-                    settings.islands)
+    winner = winner_of(task, outcome, settings.islands, lessons)
     found = f"{task.kernel_name}: {best.speedup or 0:.2f}x"
     read, write = ctx.intervals()
     try:

@@ -151,14 +151,21 @@ def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
         return PublishResult("skipped", "not published: no candidate that changes files "
                              f"only was faster (the winner sets build parameters: {names}, "
                              "which kfbot cannot commit as file changes)", branch)
-    ev, cand = outcome.committed  # the fastest file-only candidate
     experience = task.root / DEFAULT_PATH
     lessons = tuple(lesson for lesson in (read_lessons(experience) if experience.is_file()
                                           else ()) if lesson.kernel == task.kernel_id)
-    winner = Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
-                    cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
-                    islands)
-    return publish(winner, settings)
+    return publish(winner_of(task, outcome, islands, lessons), settings)
+
+
+def winner_of(task: KernelTask, outcome: OptimizeOutcome, islands: int,
+              lessons: tuple[Lesson, ...]) -> Winner:
+    """What a run publishes: its fastest candidate that changes files only."""
+    if outcome.committed is None:
+        raise KfbotError(f"{task.kernel_id}: no candidate that changes files only to publish")
+    ev, cand = outcome.committed
+    return Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
+                  cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
+                  islands)
 
 
 def slug_of(url: str) -> str | None:
