@@ -305,3 +305,37 @@ def test_close_all_passes_only_where_compare_passes() -> None:
             assert compare(actual, want, tol).passed, name
     assert seen == {"equal": True, "close": True, "far": False, "nan both": True,
                     "dtype": False, "shape": False}
+
+
+def test_close_all_finite_agrees_with_close_all_and_never_passes_more() -> None:
+    from kfbot.evaluate.compare import close_all, close_all_finite
+
+    tol = Tolerance(atol=1e-3, rtol=1e-3)
+    base = torch.linspace(-2, 2, 64)
+    cases = {
+        "equal": (base.clone(), base),
+        "close": (base + 5e-4, base),
+        "at the edge": (base + (1e-3 + 1e-3 * base.abs()) * 0.999, base),
+        "far": (base + 1e-2, base),
+        "one far": (torch.where(base == base[7], base + 1, base), base),
+        "nan out": (torch.where(base > 1, torch.nan, base), base),
+        "inf out": (torch.where(base > 1, torch.inf, base), base),
+        "nan both": (torch.where(base > 1, torch.nan, base),) * 2,
+        "inf both": (torch.where(base > 1, torch.inf, base),) * 2,
+        "half close": ((base + 4e-4).half(), base.half()),
+        "half far": (base.half() + 0.5, base.half()),
+        "ints": (torch.arange(8), torch.arange(8)),
+        "dtype": (base.double(), base),
+    }
+    fast = {name: bool(close_all_finite(a, e, tol)) for name, (a, e) in cases.items()}
+    full = {name: bool(close_all(a, e, tol)) for name, (a, e) in cases.items()}
+    finite_expected = {n for n, (_, e) in cases.items()
+                       if not e.is_floating_point() or bool(e.isfinite().all())}
+    for name in cases:  # the same verdict where the expected output is finite ...
+        if name in finite_expected:
+            assert fast[name] == full[name], name
+        else:  # ... and never a pass the full check would not give where it is not
+            assert not fast[name] or full[name], name
+    assert fast["close"] and fast["at the edge"] and fast["half close"] and fast["ints"]
+    assert not any(fast[n] for n in ("far", "one far", "nan out", "inf out", "half far",
+                                     "dtype"))

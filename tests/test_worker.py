@@ -262,3 +262,15 @@ def test_caller_mistakes_raise(session: WorkerSession) -> None:
 )
 def test_cuda_error_kind(text: str, kind: str | None) -> None:
     assert cuda_error_kind(text) == kind
+
+
+def test_a_profile_folder_gets_one_profile_per_job(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import pstats
+
+    monkeypatch.setenv("KFBOT_WORKER_PROFILE", str(tmp_path))
+    result = run_job(job("echo"), {"a": [1, 2]}, 5.0, python_path=[TESTS_DIR])
+    assert result.ok
+    (profile,) = tmp_path.glob("*.prof")
+    names = {func[2] for func in pstats.Stats(str(profile)).stats}  # type: ignore[attr-defined]
+    assert "echo" in names

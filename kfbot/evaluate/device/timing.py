@@ -45,15 +45,22 @@ class L2Flusher:
 
 
 def time_once(
-    fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher
+    fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher,
+    during_hold: Callable[[], None] | None = None,
 ) -> tuple[float, Any]:
-    """Microseconds of one call, between CUDA events on the current stream, and its output."""
-    flusher.flush()
+    """Microseconds of one call, between CUDA events on the current stream, and its output.
+
+    `during_hold` is queued while the GPU holds (see below); it must not synchronize,
+    and the current stream must wait for whatever it queues elsewhere.
+    """
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     # Keep the GPU busy while the host enqueues the op, so the events time the GPU work
     # and not the host's launch overhead (which varies from process to process).
     torch.cuda._sleep(HOLD_CYCLES)
+    if during_hold is not None:
+        during_hold()
+    flusher.flush()  # last before the op: what the hold's work read does not stay in L2
     start.record()
     out = fn(*args, **kwargs)
     end.record()
@@ -87,9 +94,10 @@ def rse(samples: Sequence[float]) -> float:
     return statistics.stdev(samples) / math.sqrt(len(samples)) / statistics.fmean(samples)
 
 
-# A trial's outputs by name -> None (fine), a problem, or a 0-dim bool tensor on the GPU
-# (True: fine) that is read after the last trial, so checking costs no synchronize.
-Check = Callable[[Mapping[str, Any]], "str | torch.Tensor | None"]
+# A trial's outputs by name and the index of its argument set -> None (fine), a problem,
+# or a 0-dim bool tensor on the GPU (True: fine) that is read after the last trial, so
+# checking costs no synchronize.
+Check = Callable[[Mapping[str, Any], int], "str | torch.Tensor | None"]
 
 
 @dataclass
@@ -129,28 +137,64 @@ def interleaved(
     flusher = L2Flusher()
     _warm_up(fns, arg_sets, settings)
     timed = Timed({name: [] for name in fns})
+    side = _SideChecks(check, timed) if check is not None else None
     started = time.monotonic()
     for trial in range(settings.max_trials):
-        args, kwargs = arg_sets[trial % len(arg_sets)]
+        which = trial % len(arg_sets)
+        args, kwargs = arg_sets[which]
         order = list(fns)
         rng.shuffle(order)
         outputs: dict[str, Any] = {}
-        for name in order:
-            micros, outputs[name] = time_once(fns[name], args, kwargs, flusher)
+        for n, name in enumerate(order):
+            hold = side.run_queued if side is not None and n == 0 else None
+            micros, outputs[name] = time_once(fns[name], args, kwargs, flusher, hold)
             timed.samples[name].append(micros)
-        if check is not None and timed.mismatch is None:
-            problem = check(outputs)
-            if isinstance(problem, torch.Tensor):
-                timed.pending.append((trial + 1, problem))
-            elif problem is not None:
-                timed.mismatch = f"timed trial {trial + 1}: {problem}"
-        del outputs  # a deferred check's kernels are queued already: stream order holds
+        if side is not None and timed.mismatch is None:
+            # The first trial on each argument set is checked at once (that check may
+            # synchronize); later ones in the next trial's hold, hidden behind it.
+            side.queue(outputs, which, trial + 1, now=trial < len(arg_sets))
+        del outputs  # the queued check holds them until it has run
         if _done(timed.samples, trial + 1, time.monotonic() - started, settings):
             break
+    if side is not None:
+        side.run_queued()
     timed.settle()
     global _last_timed
     _last_timed = time.monotonic()
     return timed
+
+
+class _SideChecks:
+    """Runs a trial's check on a side stream during the next trial's hold: the GPU idles
+    there while the host enqueues, so neither the host's launches nor the check's
+    kernels add to the time a trial takes. The current stream waits for the side
+    stream before the L2 flush, so nothing overlaps the timed call."""
+
+    def __init__(self, check: Check, timed: Timed) -> None:
+        self.check, self.timed = check, timed
+        self.stream = torch.cuda.Stream()
+        self.queued: tuple[Mapping[str, Any], int, int] | None = None
+
+    def queue(self, outputs: Mapping[str, Any], which: int, trial: int, now: bool) -> None:
+        self.queued = (outputs, which, trial)
+        if now:
+            self.run_queued(side=False)
+
+    def run_queued(self, side: bool = True) -> None:
+        if self.queued is None:
+            return
+        outputs, which, trial = self.queued
+        self.queued = None
+        if self.timed.mismatch is not None:
+            return
+        stream = self.stream if side else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            problem = self.check(outputs, which)
+        torch.cuda.current_stream().wait_stream(stream)
+        if isinstance(problem, torch.Tensor):
+            self.timed.pending.append((trial, problem))
+        elif problem is not None:
+            self.timed.mismatch = f"timed trial {trial}: {problem}"
 
 
 def _done(

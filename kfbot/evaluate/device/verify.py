@@ -20,6 +20,7 @@ import torch
 from kfbot.evaluate.compare import (
     Comparison,
     Tolerance,
+    close_all,
     compare,
     dtype_name,
     tolerance_for,
@@ -268,13 +269,40 @@ def check_candidate(
     for against, want, fallback in expected:
         note = NOTES[against]
         rec = judge(first, want, inputs, against, ctx, fallback, note)
-        if rec["passed"]:
+        if rec["passed"] and second.error is None and _quick_pass(second.out, want, ctx):
+            rec["run"] = f"{rec['run']}, then with {POISON_NAMES[POISON_FINITE]}"
+        elif rec["passed"]:
             rec = judge(second, want, inputs, against, ctx, fallback, note)
         records.append(rec)
     if first.error is None and expected:
         ctx.first_outputs.setdefault(inputs.group or inputs.label, []).append(
             (first.out, expected[0][1], inputs.label))
     return records
+
+
+def _quick_pass(actual: Any, expected: Any, ctx: Context) -> bool:
+    """The verdict `compare_outputs` would give when every output passes, with one
+    synchronize and none of its statistics: the second, differently poisoned call
+    usually passes like the first, and only a failure needs the full account."""
+    got, want = tensors(actual), tensors(expected)
+    if len(got) != len(want):
+        return False
+    flags = []
+    for a, e in zip(got, want, strict=True):
+        if not isinstance(a, torch.Tensor) or not isinstance(e, torch.Tensor):
+            return False
+        tol = tolerance_for(dtype_name(a.dtype), ctx.overrides)
+        if a.dtype != e.dtype:
+            if e.dtype != torch.float64 or not a.is_floating_point():
+                return False  # the dtype check `compare` makes
+            a = a.double()
+        flag = close_all(a, e.to(a.device), tol)
+        if isinstance(flag, bool):
+            if not flag:
+                return False
+            continue
+        flags.append(flag)
+    return not flags or bool(torch.stack(flags).all())
 
 
 def _as_reference(
