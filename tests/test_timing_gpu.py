@@ -33,8 +33,8 @@ def _run(bad_call: int | None) -> Any:
     arg_sets: list[tuple[list[Any], dict[str, Any]]] = [
         ([torch.randn(1 << 20, device="cuda")], {}) for _ in range(2)]
     fns = {"original": _wrong_on_call(None), "candidate": _wrong_on_call(bad_call)}
-    return interleaved(fns, arg_sets, TimingSettings(warmup=1, warmup_seconds=0.0, min_trials=10, max_trials=10), seed=0,
-                       check=_timed_check(Context({}, None)))
+    settings = TimingSettings(warmup=1, warmup_seconds=0.0, min_trials=10, max_trials=10)
+    return interleaved(fns, arg_sets, settings, seed=0, check=_timed_check(Context({}, None)))
 
 
 def test_honest_ops_pass_every_trial() -> None:
