@@ -1,5 +1,5 @@
 """Interleaved timing on a real GPU: every timed trial's outputs are checked, whether
-the check runs at once (first trial on an argument set) or in the next trial's hold."""
+in full (the first trial on an argument set) or by the four-pass check (later ones)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_honest_ops_pass_every_trial() -> None:
     assert all(us > 0 for s in timed.samples.values() for us in s)
 
 
-@pytest.mark.parametrize("trial", [1, 2, 7, 10])  # at once, at once, in a hold, after the loop
+@pytest.mark.parametrize("trial", [1, 2, 7, 10])  # in full, in full, four-pass, the last
 def test_a_wrong_output_on_any_one_trial_is_named(trial: int) -> None:
     timed = _run(trial)
     assert timed.mismatch is not None

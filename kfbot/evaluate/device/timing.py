@@ -45,22 +45,15 @@ class L2Flusher:
 
 
 def time_once(
-    fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher,
-    during_hold: Callable[[], None] | None = None,
+    fn: Op, args: Sequence[Any], kwargs: Mapping[str, Any], flusher: L2Flusher
 ) -> tuple[float, Any]:
-    """Microseconds of one call, between CUDA events on the current stream, and its output.
-
-    `during_hold` is queued while the GPU holds (see below); it must not synchronize,
-    and the current stream must wait for whatever it queues elsewhere.
-    """
+    """Microseconds of one call, between CUDA events on the current stream, and its output."""
+    flusher.flush()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     # Keep the GPU busy while the host enqueues the op, so the events time the GPU work
     # and not the host's launch overhead (which varies from process to process).
     torch.cuda._sleep(HOLD_CYCLES)
-    if during_hold is not None:
-        during_hold()
-    flusher.flush()  # last before the op: what the hold's work read does not stay in L2
     start.record()
     out = fn(*args, **kwargs)
     end.record()
@@ -137,7 +130,6 @@ def interleaved(
     flusher = L2Flusher()
     _warm_up(fns, arg_sets, settings)
     timed = Timed({name: [] for name in fns})
-    side = _SideChecks(check, timed) if check is not None else None
     started = time.monotonic()
     for trial in range(settings.max_trials):
         which = trial % len(arg_sets)
@@ -145,56 +137,22 @@ def interleaved(
         order = list(fns)
         rng.shuffle(order)
         outputs: dict[str, Any] = {}
-        for n, name in enumerate(order):
-            hold = side.run_queued if side is not None and n == 0 else None
-            micros, outputs[name] = time_once(fns[name], args, kwargs, flusher, hold)
+        for name in order:
+            micros, outputs[name] = time_once(fns[name], args, kwargs, flusher)
             timed.samples[name].append(micros)
-        if side is not None and timed.mismatch is None:
-            # The first trial on each argument set is checked at once (that check may
-            # synchronize); later ones in the next trial's hold, hidden behind it.
-            side.queue(outputs, which, trial + 1, now=trial < len(arg_sets))
-        del outputs  # the queued check holds them until it has run
+        if check is not None and timed.mismatch is None:
+            problem = check(outputs, which)
+            if isinstance(problem, torch.Tensor):
+                timed.pending.append((trial + 1, problem))
+            elif problem is not None:
+                timed.mismatch = f"timed trial {trial + 1}: {problem}"
+        del outputs  # a deferred check's kernels are queued already: stream order holds
         if _done(timed.samples, trial + 1, time.monotonic() - started, settings):
             break
-    if side is not None:
-        side.run_queued()
     timed.settle()
     global _last_timed
     _last_timed = time.monotonic()
     return timed
-
-
-class _SideChecks:
-    """Runs a trial's check on a side stream during the next trial's hold: the GPU idles
-    there while the host enqueues, so neither the host's launches nor the check's
-    kernels add to the time a trial takes. The current stream waits for the side
-    stream before the L2 flush, so nothing overlaps the timed call."""
-
-    def __init__(self, check: Check, timed: Timed) -> None:
-        self.check, self.timed = check, timed
-        self.stream = torch.cuda.Stream()
-        self.queued: tuple[Mapping[str, Any], int, int] | None = None
-
-    def queue(self, outputs: Mapping[str, Any], which: int, trial: int, now: bool) -> None:
-        self.queued = (outputs, which, trial)
-        if now:
-            self.run_queued(side=False)
-
-    def run_queued(self, side: bool = True) -> None:
-        if self.queued is None:
-            return
-        outputs, which, trial = self.queued
-        self.queued = None
-        if self.timed.mismatch is not None:
-            return
-        stream = self.stream if side else torch.cuda.current_stream()
-        with torch.cuda.stream(stream):
-            problem = self.check(outputs, which)
-        torch.cuda.current_stream().wait_stream(stream)
-        if isinstance(problem, torch.Tensor):
-            self.timed.pending.append((trial, problem))
-        elif problem is not None:
-            self.timed.mismatch = f"timed trial {trial}: {problem}"
 
 
 def _done(
