@@ -284,3 +284,5 @@ def test_cli_refuses_bad_gpus_and_a_missing_ray(tmp_path: Path) -> None:
     (tmp_path / "ray" / "__init__.py").write_text("raise ImportError('no ray here')\n")
     no_ray = kfbot("optimize", "--executor", "ray", cwd=repo, pythonpath=str(tmp_path))
     assert no_ray.returncode == 3 and "pip install 'kfbot[ray]'" in no_ray.stderr
+    local = kfbot("optimize", "--build-cpus", "4", cwd=repo)
+    assert local.returncode == 2 and "--build-cpus is for --executor ray" in local.stderr

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import sys
 import threading
 import time
@@ -20,10 +22,12 @@ from typing import Any
 
 import pytest
 
+from kfbot.anticheat.adequacy import Adequacy
 from kfbot.config import load_config
-from kfbot.errors import KfbotError
-from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.engine import EngineSettings
+from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.build import Builder
+from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
@@ -48,8 +52,43 @@ class StandIn:
             yield cand, Evaluation(ev.candidate, ev.stage, ev.ok, ev.reason,
                                    environment={"pid": os.getpid()})
 
+    def probe(self) -> dict[str, Any]:
+        return {"cuda": True, "gpu": "stand-in", "pid": os.getpid()}
+
+    def baseline(self) -> Evaluation:
+        return Evaluation(ORIGINAL.hash, "done", True, "the original passes its reference")
+
+    def adequacy(self) -> Adequacy | None:
+        return None
+
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+class NoGpu(StandIn):
+    def probe(self) -> dict[str, Any]:
+        raise KfbotError("no CUDA GPU: torch sees none", EXIT_MISSING_TOOL)
+
+
+class Building(StandIn):
+    """Builds each candidate for real, in a build cache of its own (the GPU node's),
+    and says how many objects it compiled and how many it found there already."""
+
+    def __init__(self, task: KernelTask, settings: EngineSettings) -> None:
+        super().__init__(task, settings)
+        self.builder = Builder(settings.cache_dir / "gpu-node" / "build")
+        self.engine = Engine(task, settings, self.builder)
+
+    def evaluate_many(self, candidates: Sequence[Candidate]
+                      ) -> Iterator[tuple[Candidate, Evaluation]]:
+        for cand in candidates:
+            built = self.engine.build(cand)
+            yield cand, Evaluation(cand.hash, "done", True,
+                                   f"compiled {built.compiled}, reused {built.reused}")
+
+
+def failing_build(*args: Any) -> list[bytes]:
+    raise RuntimeError("this build node broke")
 
 
 def _misbehave(params: Any) -> None:
@@ -106,8 +145,78 @@ def task() -> KernelTask:
 
 
 def executor(task: KernelTask, tmp_path: Path, **options: Any) -> RayExecutor:
-    return RayExecutor(task, EngineSettings(cache_dir=tmp_path / "cache"), None,
-                       factory=StandIn, **options)
+    options.setdefault("factory", StandIn)
+    return RayExecutor(task, EngineSettings(cache_dir=tmp_path / "cache"), None, **options)
+
+
+def test_the_preflight_runs_on_an_actor(cluster: Any, task: KernelTask, tmp_path: Path) -> None:
+    run = executor(task, tmp_path)
+    try:
+        facts = run.preflight()
+    finally:
+        run.close()
+    assert facts.device["pid"] != os.getpid() and facts.device["gpu"] == "stand-in"
+    assert facts.baseline.ok and facts.adequacy() is None
+    assert facts.node in {n["NodeID"] for n in cluster_nodes()}
+
+
+def test_a_preflight_failure_says_it_came_from_the_actor(cluster: Any, task: KernelTask,
+                                                          tmp_path: Path) -> None:
+    run = executor(task, tmp_path, factory=NoGpu)
+    try:
+        with pytest.raises(KfbotError, match="on the Ray actor: no CUDA GPU") as caught:
+            run.preflight()
+    finally:
+        run.close()
+    assert caught.value.exit_code == EXIT_MISSING_TOOL
+
+
+def test_builds_on_cpu_tasks_fill_the_gpu_actors_cache(cluster: Any, task: KernelTask,
+                                                       tmp_path: Path) -> None:
+    batch = [Candidate(params={"BLOCK": "64"}, origin="params")]
+    run = executor(task, tmp_path, factory=Building, build_cpus=1)
+    try:
+        (_, ev), = run.evaluate(batch)
+    finally:
+        run.close()
+    # Objects compile here; linking needs a CUDA build of torch, so on a machine
+    # without one the module is left to the GPU node.
+    compiled, reused = (int(n) for n in re.findall(r"\d+", ev.reason))
+    assert (compiled, reused) == (0, 4), ev.reason
+    assert (tmp_path / "cache" / "build" / "objects").is_dir()  # the build task's cache
+
+
+def test_a_failed_build_task_leaves_the_build_to_the_actor(cluster: Any, task: KernelTask,
+                                                            tmp_path: Path) -> None:
+    batch = blocks(64, 96)
+    run = executor(task, tmp_path, build_cpus=1, build_task=failing_build)
+    try:
+        results = run.evaluate(batch)
+    finally:
+        run.close()
+    source = (FIXTURE / KERNEL).read_bytes()
+    assert all(same(ev, expected(c, source)) for c, ev in results)
+
+
+def test_optimize_on_ray_asks_the_cluster_for_its_gpu(cluster: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The driver runs no GPU work of its own: the probe is an actor's, and here the
+    cluster's (stand-in) GPUs are not real, so the actor's worker finds no CUDA."""
+    from kfbot.cli import main
+
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE, repo)
+    monkeypatch.setenv("KFBOT_CACHE", str(tmp_path / "cache"))
+    code = main(["optimize", "softmax_kernel", "--repo", str(repo), "--executor", "ray",
+                 "--no-llm", "--budget-evals", "2"])
+    err = capsys.readouterr().err
+    assert code == EXIT_MISSING_TOOL, err
+    assert "on the Ray actor: no CUDA GPU" in err
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    return list(ray_module().nodes())
 
 
 def test_results_in_input_order_from_both_gpus(cluster: Any, task: KernelTask,

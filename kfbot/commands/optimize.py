@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from kfbot.commands.common import cache_dir
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import Engine, EngineSettings
+from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
@@ -25,7 +27,13 @@ from kfbot.search.budget import Budget, Limits, parse_duration
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import NO_KEY_NOTICE, LlmMutator, LlmSettings
-from kfbot.search.runner import OptimizeSettings, make_plan, optimize
+from kfbot.search.runner import (
+    GpuFacts,
+    OptimizeOutcome,
+    OptimizeSettings,
+    make_plan,
+    optimize,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +56,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="where evaluations run: this machine's GPUs, or a Ray cluster")
     p.add_argument("--address", metavar="ADDR",
                    help="the Ray cluster to join (with --executor ray; default: start one)")
+    p.add_argument("--build-cpus", type=int, default=0, metavar="N",
+                   help="with --executor ray: build as Ray tasks of N CPUs and no GPU, which "
+                        "may run on CPU-only nodes (default 0: each GPU actor builds)")
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
     pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
@@ -95,23 +106,24 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
         return EXIT_OK
     run_id = args.resume or f"{task.kernel_name}-{settings.seed}"
     run_dir = task.root / ".kfbot" / "runs" / run_id
-    engine = Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None))
-    with engine:
-        engine.probe()  # no GPU: say so now, after the plan
-        base = engine.baseline()
-        if not base.ok:
-            raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
-                             f"{base.reason}")
-        llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
-        view = _View(settings.islands)
-        executor = _executor(task, engine, args, gpus)
-        with contextlib.closing(executor), \
-                Live(view.table(), console=console, refresh_per_second=4) as live:
-            def shown(ind: Individual) -> None:
-                view.add(ind)
-                live.update(view.table())
+    llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
+    search = functools.partial(_search, task, settings, run_dir, llm, console)
+    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)
+    if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
+        from kfbot.search.ray_executor import RayExecutor
 
-            outcome = optimize(task, engine, settings, run_dir, llm, shown, executor)
+        ray = RayExecutor(task, engine_settings, args.address, build_cpus=args.build_cpus)
+        with contextlib.closing(ray):
+            facts = ray.preflight()
+            _require_baseline(task, facts.baseline)
+            outcome = search(facts, ray)
+    else:
+        with Engine(task, engine_settings) as engine:
+            engine.probe()  # no GPU: say so now, after the plan
+            _require_baseline(task, engine.baseline())
+            executor = _executor(task, engine, gpus)
+            with contextlib.closing(executor):
+                outcome = search(engine, executor)
     best = outcome.best
     console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
     if best is None:
@@ -131,10 +143,33 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
     return code
 
 
+def _require_baseline(task: KernelTask, base: Evaluation) -> None:
+    if not base.ok:
+        raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
+                         f"{base.reason}")
+
+
+def _search(task: KernelTask, settings: OptimizeSettings, run_dir: Path,
+            llm: LlmMutator | None, console: Console, gpu: GpuFacts,
+            executor: Executor) -> OptimizeOutcome:
+    """The search with its live view, one row per island."""
+    view = _View(settings.islands)
+    with Live(view.table(), console=console, refresh_per_second=4) as live:
+        def shown(ind: Individual) -> None:
+            view.add(ind)
+            live.update(view.table())
+
+        return optimize(task, gpu, settings, run_dir, llm, shown, executor)
+
+
 def _gpus(args: argparse.Namespace) -> list[int]:
     """The GPUs to run workers on: --gpu, --gpus, or every visible one."""
     if args.address is not None and args.executor != "ray":
         raise KfbotError("--address is for --executor ray")
+    if args.build_cpus and args.executor != "ray":
+        raise KfbotError("--build-cpus is for --executor ray (local builds use every core)")
+    if args.build_cpus < 0:
+        raise KfbotError("--build-cpus must be 0 or more")
     if args.executor == "ray":
         from kfbot.search.ray_executor import ray_module  # Ray only when asked for
 
@@ -146,12 +181,7 @@ def _gpus(args: argparse.Namespace) -> list[int]:
     return choose_gpus(args.gpus, visible_gpus())
 
 
-def _executor(task: KernelTask, engine: Engine, args: argparse.Namespace,
-              gpus: list[int]) -> Executor:
-    if args.executor == "ray":
-        from kfbot.search.ray_executor import RayExecutor
-
-        return RayExecutor(task, engine.settings, args.address)
+def _executor(task: KernelTask, engine: Engine, gpus: list[int]) -> Executor:
     if len(gpus) < 2:
         return EngineExecutor(engine)
     return LocalGpuExecutor(gpus, engines_per_gpu(task, engine.settings, first=engine))

@@ -7,7 +7,13 @@
 
 Each actor holds one engine (`num_gpus=1`, so Ray gives it one GPU and sets its
 CUDA_VISIBLE_DEVICES) and evaluates chunks of a batch; builds run on the actor's
-node, on its cores, cached under `settings.cache_dir` there. The task's source tree
+node, on its cores, cached under `settings.cache_dir` there. With `build_cpus`, builds
+run instead as Ray tasks that ask for CPUs and no GPU, so Ray may place them on
+CPU-only nodes: each returns the compiled objects and linked module of its chunk,
+which the GPU actor puts into its own build cache before it evaluates (a build task
+that fails or is lost costs nothing but time: the actor builds for itself). Before
+the search, `preflight` asks one actor for the device, the original's baseline and the
+test-adequacy gate, so the driver needs no GPU of its own. The task's source tree
 is shipped with the actor: a node that holds the same files at the same path uses them
 in place (and shares the build cache), any other node unpacks them into a temporary
 folder and evaluates there. An actor or node lost mid-run costs only the chunk it
@@ -35,7 +41,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from kfbot.anticheat.adequacy import Adequacy
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.build import Builder
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation, failed
@@ -60,10 +68,19 @@ def ray_module() -> ModuleType:
 
 
 class Evaluator(Protocol):
-    """What an actor holds: the Engine, or a stand-in with the same two methods."""
+    """What an actor holds: the Engine, or a stand-in with the same methods."""
 
     def evaluate_many(self, candidates: Sequence[Candidate]
                       ) -> Iterable[tuple[Candidate, Evaluation]]:
+        ...
+
+    def probe(self) -> dict[str, Any]:
+        ...
+
+    def baseline(self) -> Evaluation:
+        ...
+
+    def adequacy(self) -> Adequacy | None:
         ...
 
     def __exit__(self, *exc: object) -> None:
@@ -131,6 +148,77 @@ def place_source(bundle: SourceBundle, root: Path) -> Path:
     return target
 
 
+# --- builds on CPU nodes -----------------------------------------------------------------
+
+
+def build_packs(task: KernelTask, settings: EngineSettings, bundle: SourceBundle | None,
+                arch: str | None, candidates: Sequence[Candidate]) -> list[bytes]:
+    """A Ray task: build `candidates` here, for the GPU architecture `arch`, and return
+    for each what its build left in the cache (objects, and the module if it linked)."""
+    root = place_source(bundle, task.root) if bundle is not None else task.root
+    builder = Builder(settings.cache_dir / "build", arch=arch)
+    engine = Engine(replace(task, root=root), replace(settings, gpu=None), builder)
+    requests = [engine.request(cand) for cand in candidates]
+    builder.build_many(requests)
+    return [pack_build(builder, engine.request(cand)) for cand in candidates]
+
+
+def pack_build(builder: Builder, request: Any) -> bytes:
+    """The cache files a build of `request` made or used, as a gzipped tar of paths
+    relative to the cache: cache keys hold no path of the cache itself, so another
+    node's builder with the same toolkit, torch and architecture finds them."""
+    try:
+        plan = builder.plan(request)
+    except Exception:  # a candidate that does not even stage: the GPU node says why
+        return b""
+    names = [f"{o.key}{suffix}" for o in [*plan.objects, *([plan.shim] if plan.shim else [])]
+             for suffix in (".log", ".o")]  # the log first: an object found has its log
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name in names:
+            if (builder.cache_dir / "objects" / name).is_file():
+                tar.add(builder.cache_dir / "objects" / name, arcname=f"objects/{name}")
+        folder = builder.cache_dir / "artifacts" / plan.link_key
+        if folder.is_dir():
+            tar.add(folder, arcname=f"artifacts/{plan.link_key}")
+    return buffer.getvalue()
+
+
+def unpack_build(cache_dir: Path, data: bytes) -> int:
+    """Puts a shipped build into this node's build cache; files already there are kept
+    (the same key is the same content). The number of files added."""
+    if not data:
+        return 0
+    added = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            target = cache_dir / member.name
+            if not member.isfile() or target.exists() or ".." in Path(member.name).parts:
+                continue
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            scratch = target.with_name(f".{target.name}.{os.getpid()}.part")
+            scratch.write_bytes(source.read())
+            os.replace(scratch, target)  # a concurrent build sees all of it or none
+            added += 1
+    return added
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the search needs from a GPU before it starts, measured on an actor."""
+
+    device: dict[str, Any]
+    baseline: Evaluation
+    gate: Adequacy | None
+    node: str = ""
+
+    def adequacy(self) -> Adequacy | None:
+        return self.gate
+
+
 # --- the actor ------------------------------------------------------------------------
 
 
@@ -145,9 +233,42 @@ class EvalActor:
         self.evaluator = factory(replace(task, root=root), replace(settings, gpu=None))
         self.root = root
 
-    def evaluate(self, candidates: Sequence[Candidate]) -> list[Evaluation]:
+    def evaluate(self, candidates: Sequence[Candidate],
+                 builds: Sequence[Any] = ()) -> list[Evaluation]:
+        """`builds`: at most one reference to a build task's packs for `candidates`
+        (in a list, so Ray does not wait for it before calling: a lost build is
+        built here instead)."""
+        self._unpack(candidates, builds)
         done = {cand.hash: ev for cand, ev in self.evaluator.evaluate_many(candidates)}
         return [done[cand.hash] for cand in candidates]
+
+    def _unpack(self, candidates: Sequence[Candidate], builds: Sequence[Any]) -> None:
+        if not builds:
+            return
+        try:
+            packs = importlib.import_module("ray").get(builds[0])
+        except Exception:  # the build task failed or its node is gone: build here
+            return
+        builder = getattr(self.evaluator, "builder", None)
+        if isinstance(builder, Builder):
+            for data in packs[: len(candidates)]:
+                unpack_build(builder.cache_dir, data)
+
+    def arch(self) -> str | None:
+        """The CUDA architecture this actor's builds target (its GPU's)."""
+        builder = getattr(self.evaluator, "builder", None)
+        return builder.arch_list if isinstance(builder, Builder) else None
+
+    def preflight(self) -> Preflight | tuple[str, int]:
+        """The device, the original's baseline and the adequacy gate; or why not."""
+        try:
+            device = self.evaluator.probe()
+            base = self.evaluator.baseline()
+            gate = self.evaluator.adequacy() if base.ok else None
+        except KfbotError as exc:
+            return str(exc), exc.exit_code
+        node = importlib.import_module("ray").get_runtime_context().get_node_id()
+        return Preflight(dict(device), base, gate, str(node))
 
     def where(self) -> dict[str, Any]:
         """The process, node and folder this actor evaluates in."""
@@ -177,7 +298,9 @@ class RayExecutor:
                  *, actors: int | None = None, num_gpus: float = 1.0,
                  factory: EvaluatorFactory = engine_factory, ship_source: bool = True,
                  source_limit: int = SOURCE_LIMIT, max_tries: int = 3,
-                 chunk: int | None = None, stall_s: float = 3600.0) -> None:
+                 chunk: int | None = None, stall_s: float = 3600.0,
+                 build_cpus: int = 0, build_task: Callable[..., list[bytes]] = build_packs,
+                 ) -> None:
         self.ray = ray_module()
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
@@ -190,6 +313,11 @@ class RayExecutor:
         remote = self.ray.remote(EvalActor).options(num_gpus=num_gpus)
         args = (factory, task, settings, self.ray.put(bundle))
         self._spawn: Callable[[], Any] = lambda: remote.remote(*args)
+        # Ray retries a build task whose node is lost; its CPUs come from any node.
+        self._builds = self.ray.remote(build_task).options(
+            num_cpus=build_cpus, num_gpus=0, max_retries=2) if build_cpus > 0 else None
+        self._build_args = (task, settings, args[3])
+        self._target_arch: list[str | None] = []
         self.actors: list[Any | None] = [self._spawn() for _ in range(count)]
         self._idle: deque[int] = deque(range(count))
         self._warming: dict[Any, int] = {}  # ping ref -> slot of a replacement actor
@@ -205,11 +333,13 @@ class RayExecutor:
 
     def evaluate(self, candidates: Sequence[Candidate]) -> list[tuple[Candidate, Evaluation]]:
         batch = _Batch(candidates, self._chunks(len(candidates)))
+        builds = self._start_builds(batch)
         running = {ref: (slot, PING) for ref, slot in self._warming.items()}
         while not batch.complete():
             while batch.pending and self._idle:
                 slot, c = self._idle.popleft(), batch.pending.popleft()
-                running[self._actor(slot).evaluate.remote(batch.chunk(c))] = (slot, c)
+                work = self._actor(slot).evaluate.remote(batch.chunk(c), builds[c:c + 1])
+                running[work] = (slot, c)
             if not running:
                 batch.fail_pending(f"no Ray actor left to evaluate on; last loss: "
                                    f"{self._last_loss}")
@@ -221,6 +351,32 @@ class RayExecutor:
             self._collect(ready[0], running, batch)
         self._warming = {ref: slot for ref, (slot, c) in running.items() if c == PING}
         return batch.pairs()
+
+    def _start_builds(self, batch: _Batch) -> list[Any]:
+        """Every chunk's build task, started at once: builds run ahead of the GPUs."""
+        if self._builds is None or not self.actors:
+            return []
+        if not self._target_arch:
+            first = next((a for a in self.actors if a is not None), None)
+            self._target_arch.append(self.ray.get(first.arch.remote()) if first else None)
+        arch = self._target_arch[0]
+        return [self._builds.remote(*self._build_args, arch, batch.chunk(c))
+                for c in range(len(batch.chunks))]
+
+    def preflight(self) -> Preflight:
+        """The device, the original's baseline and the adequacy gate, from one actor."""
+        slot = self._idle[0] if self._idle else None
+        if slot is None:
+            raise KfbotError("no Ray actor is free for the preflight", EXIT_MISSING_TOOL)
+        try:
+            answer = self.ray.get(self._actor(slot).preflight.remote())
+        except self.lost as exc:
+            raise KfbotError(f"the Ray actor was lost before the search: {_first_line(exc)}",
+                             EXIT_MISSING_TOOL) from exc
+        if isinstance(answer, tuple):
+            message, code = answer
+            raise KfbotError(f"on the Ray actor: {message}", int(code))
+        return answer  # type: ignore[no-any-return]
 
     def _collect(self, ref: Any, running: dict[Any, tuple[int, int]], batch: _Batch) -> None:
         slot, c = running.pop(ref)

@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.anticheat.sources import units
@@ -121,7 +122,19 @@ def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
     return cell_of([u.text for u in units(task, files)], task.block)
 
 
-def optimize(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_dir: Path,
+class GpuFacts(Protocol):
+    """What the search reads from the GPU side before it starts: a probed `Engine` on
+    this machine, or a Ray actor's `Preflight` when the driver has no GPU."""
+
+    @property
+    def device(self) -> dict[str, Any]:
+        ...
+
+    def adequacy(self) -> Adequacy | None:
+        ...
+
+
+def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run_dir: Path,
              llm: LlmMutator | None = None,
              on_result: Callable[[Individual], None] | None = None,
              executor: Executor | None = None) -> OptimizeOutcome:
@@ -130,6 +143,10 @@ def optimize(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_d
     Evaluations run through `executor` (default: the engine alone, one GPU); the
     caller closes an executor it passes in.
     """
+    if executor is None:
+        if not isinstance(engine, Engine):
+            raise TypeError("optimize without an executor needs an Engine to evaluate on")
+        executor = EngineExecutor(engine)
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
@@ -145,7 +162,7 @@ def optimize(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_d
         fitness = ev.speedup if ev.ok and ev.speedup is not None else None
         return Outcome(cell_for(task, dict(cand.files)), fitness, ev.stage, ev.reason)
 
-    evaluate = through(executor or EngineExecutor(engine), outcome_of, evaluations)
+    evaluate = through(executor, outcome_of, evaluations)
     search = IslandSearch(original, mut.propose, evaluate, budget,
                           SearchSettings(settings.islands, settings.migrate_every,
                                          settings.batch, settings.seed), log, learn)
