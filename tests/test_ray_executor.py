@@ -10,6 +10,7 @@ Without Ray installed only the no-Ray test runs.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -47,10 +48,12 @@ class StandIn:
     def evaluate_many(self, candidates: Sequence[Candidate]
                       ) -> Iterator[tuple[Candidate, Evaluation]]:
         for cand in candidates:
+            started = time.monotonic()
             _misbehave(cand.params)
             ev = expected(cand, self.source)
             yield cand, Evaluation(ev.candidate, ev.stage, ev.ok, ev.reason,
-                                   environment={"pid": os.getpid()})
+                                   environment={"pid": os.getpid(), "started": started,
+                                                "ended": time.monotonic()})
 
     def probe(self) -> dict[str, Any]:
         return {"cuda": True, "gpu": "stand-in", "pid": os.getpid()}
@@ -234,6 +237,19 @@ def test_results_in_input_order_from_both_gpus(cluster: Any, task: KernelTask,
     assert all(same(ev, expected(c, source)) for c, ev in results)
     assert len({ev.environment["pid"] for _, ev in results}) == 2
     assert len({p["node"] for p in places}) == 2
+
+
+def test_two_chunks_in_flight_per_actor_take_the_gpu_in_turn(cluster: Any, task: KernelTask,
+                                                             tmp_path: Path) -> None:
+    run = executor(task, tmp_path, chunk=1, actors=1)
+    try:
+        results = run.evaluate(blocks(64, 128, 192, 256, SLEEP="0.3"))
+        tokens = sorted(run._idle)
+    finally:
+        run.close()
+    spans = sorted((ev.environment["started"], ev.environment["ended"]) for _, ev in results)
+    assert all(end <= later for (_, end), (later, _) in itertools.pairwise(spans))
+    assert tokens == [0, 0]  # both turns of the one actor are back after the batch
 
 
 def test_crashed_actor_work_is_retried_on_a_fresh_actor(cluster: Any, task: KernelTask,

@@ -34,6 +34,7 @@ import math
 import os
 import tarfile
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -232,6 +233,7 @@ class EvalActor:
         # driver's machine would point elsewhere here.
         self.evaluator = factory(replace(task, root=root), replace(settings, gpu=None))
         self.root = root
+        self._gpu = threading.Lock()  # one chunk at a time on the GPU; builds overlap it
 
     def evaluate(self, candidates: Sequence[Candidate],
                  builds: Sequence[Any] = ()) -> list[Evaluation]:
@@ -239,8 +241,19 @@ class EvalActor:
         (in a list, so Ray does not wait for it before calling: a lost build is
         built here instead)."""
         self._unpack(candidates, builds)
-        done = {cand.hash: ev for cand, ev in self.evaluator.evaluate_many(candidates)}
+        self._build_ahead(candidates)
+        with self._gpu:
+            done = {cand.hash: ev for cand, ev in self.evaluator.evaluate_many(candidates)}
         return [done[cand.hash] for cand in candidates]
+
+    def _build_ahead(self, candidates: Sequence[Candidate]) -> None:
+        """Builds the chunk while the other chunk in flight holds the GPU, so the GPU
+        does not idle through this one's builds (the evaluation then finds them cached)."""
+        engine = self.evaluator
+        if not isinstance(engine, Engine):
+            return
+        with contextlib.suppress(Exception):  # the evaluation reports what went wrong
+            engine.builder.build_many([engine.request(cand) for cand in candidates])
 
     def _unpack(self, candidates: Sequence[Candidate], builds: Sequence[Any]) -> None:
         if not builds:
@@ -283,13 +296,16 @@ class EvalActor:
 
 
 PING = -1  # a running call that checks a fresh actor is up, not a chunk of work
+# Chunks in flight per actor: while one holds the GPU, the next one's builds run.
+DEPTH = 2
 
 
 class RayExecutor:
     """Evaluates batches on Ray actors, one GPU each; results in the order given.
 
-    A lost actor is replaced at once, but its replacement gets work only after it has
-    answered a ping: while Ray waits for a GPU for it (its node is gone), the chunks go
+    Each actor takes DEPTH chunks at a time: one holds its GPU while the next one's
+    builds run, so the GPU does not wait for builds between chunks. A lost actor is
+    replaced at once, but its replacement gets work only after it has answered a ping: while Ray waits for a GPU for it (its node is gone), the chunks go
     to the actors still alive. A slot whose actor is lost `max_tries` times in a row
     (it cannot start: bad source, a broken node) is retired.
     """
@@ -310,7 +326,7 @@ class RayExecutor:
         self.max_tries, self.chunk, self.stall_s = max_tries, chunk, stall_s
         count = actors or self._gpu_slots(num_gpus)
         bundle = pack_source(task.root, source_limit) if ship_source else None
-        remote = self.ray.remote(EvalActor).options(num_gpus=num_gpus)
+        remote = self.ray.remote(EvalActor).options(num_gpus=num_gpus, max_concurrency=DEPTH)
         args = (factory, task, settings, self.ray.put(bundle))
         self._spawn: Callable[[], Any] = lambda: remote.remote(*args)
         # Ray retries a build task whose node is lost; its CPUs come from any node.
@@ -319,8 +335,9 @@ class RayExecutor:
         self._build_args = (task, settings, args[3])
         self._target_arch: list[str | None] = []
         self.actors: list[Any | None] = [self._spawn() for _ in range(count)]
-        self._idle: deque[int] = deque(range(count))
-        self._warming: dict[Any, int] = {}  # ping ref -> slot of a replacement actor
+        # One entry per chunk an actor may take now: DEPTH per working actor.
+        self._idle: deque[int] = deque(slot for _ in range(DEPTH) for slot in range(count))
+        self._warming: dict[Any, tuple[int, Any]] = {}  # ping ref -> (slot, fresh actor)
         self._strikes = [0] * count
         self._last_loss = ""
 
@@ -334,12 +351,12 @@ class RayExecutor:
     def evaluate(self, candidates: Sequence[Candidate]) -> list[tuple[Candidate, Evaluation]]:
         batch = _Batch(candidates, self._chunks(len(candidates)))
         builds = self._start_builds(batch)
-        running = {ref: (slot, PING) for ref, slot in self._warming.items()}
+        running = {ref: (slot, PING, actor) for ref, (slot, actor) in self._warming.items()}
         while not batch.complete():
             while batch.pending and self._idle:
                 slot, c = self._idle.popleft(), batch.pending.popleft()
-                work = self._actor(slot).evaluate.remote(batch.chunk(c), builds[c:c + 1])
-                running[work] = (slot, c)
+                actor = self._actor(slot)
+                running[actor.evaluate.remote(batch.chunk(c), builds[c:c + 1])] = (slot, c, actor)
             if not running:
                 batch.fail_pending(f"no Ray actor left to evaluate on; last loss: "
                                    f"{self._last_loss}")
@@ -349,7 +366,8 @@ class RayExecutor:
                 self._stalled(batch, running)
                 break
             self._collect(ready[0], running, batch)
-        self._warming = {ref: slot for ref, (slot, c) in running.items() if c == PING}
+        self._warming = {ref: (slot, actor) for ref, (slot, c, actor) in running.items()
+                         if c == PING}
         return batch.pairs()
 
     def _start_builds(self, batch: _Batch) -> list[Any]:
@@ -378,41 +396,47 @@ class RayExecutor:
             raise KfbotError(f"on the Ray actor: {message}", int(code))
         return answer  # type: ignore[no-any-return]
 
-    def _collect(self, ref: Any, running: dict[Any, tuple[int, int]], batch: _Batch) -> None:
-        slot, c = running.pop(ref)
+    def _collect(self, ref: Any, running: dict[Any, tuple[int, int, Any]],
+                 batch: _Batch) -> None:
+        slot, c, actor = running.pop(ref)
+        current = self.actors[slot] is actor  # not an actor replaced since
         try:
             value = self.ray.get(ref)
         except self.lost as exc:
             self._last_loss = _first_line(exc)
             if c != PING:
                 batch.lost(c, self.max_tries, self._last_loss)
-            self._restart(slot, running)
+            if current:
+                self._restart(slot, running)
             return
         if c != PING:
             batch.done(c, value)
-        self._strikes[slot] = 0
-        self._idle.append(slot)
+        if current:
+            self._strikes[slot] = 0
+            self._idle.extend([slot] * (DEPTH if c == PING else 1))
 
-    def _restart(self, slot: int, running: dict[Any, tuple[int, int]]) -> None:
+    def _restart(self, slot: int, running: dict[Any, tuple[int, int, Any]]) -> None:
         """A fresh actor in the lost one's place (Ray puts it where a GPU is free),
         pinged before it gets work; retired after `max_tries` losses in a row."""
         with contextlib.suppress(Exception):  # gone with its node: nothing to release
             self.ray.kill(self.actors[slot], no_restart=True)
+        self._idle = deque(s for s in self._idle if s != slot)  # the lost actor's turns
         self._strikes[slot] += 1
         if self._strikes[slot] >= self.max_tries:
             self.actors[slot] = None
             return
         actor = self.actors[slot] = self._spawn()
-        running[actor.where.remote()] = (slot, PING)
+        running[actor.where.remote()] = (slot, PING, actor)
 
-    def _stalled(self, batch: _Batch, running: dict[Any, tuple[int, int]]) -> None:
+    def _stalled(self, batch: _Batch, running: dict[Any, tuple[int, int, Any]]) -> None:
         """Nothing came back in time (no GPU free, a node gone silent): record why."""
         why = f"no Ray actor answered in {self.stall_s:g} s"
-        for ref, (slot, c) in list(running.items()):
+        for ref, (slot, c, actor) in list(running.items()):
             if c != PING:
                 del running[ref]
                 batch.fail(c, why)
-                self._restart(slot, running)
+                if self.actors[slot] is actor:
+                    self._restart(slot, running)
         batch.fail_pending(why)
 
     def _actor(self, slot: int) -> Any:
@@ -421,19 +445,20 @@ class RayExecutor:
         return actor
 
     def _chunks(self, n: int) -> list[list[int]]:
-        """About two chunks per actor: builds overlap inside a chunk, and a lost actor
-        costs one chunk; `chunk` fixes the size."""
-        size = self.chunk or max(1, math.ceil(n / (2 * len(self.actors))))
+        """About 2 * DEPTH chunks per actor: builds overlap inside a chunk and with the
+        chunk before, a faster GPU takes more of them, and a lost actor costs one or
+        two; `chunk` fixes the size."""
+        size = self.chunk or max(1, math.ceil(n / (2 * DEPTH * len(self.actors))))
         return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
 
     def where(self) -> list[dict[str, Any]]:
         """Where each working actor runs: process, node and folder."""
-        working = [self._actor(slot) for slot in self._idle]
+        working = [self._actor(slot) for slot in dict.fromkeys(self._idle)]
         return list(self.ray.get([a.where.remote() for a in working]))
 
     def close(self) -> None:
         """Closes the engines of the working actors, then ends every actor."""
-        for slot in self._idle:
+        for slot in dict.fromkeys(self._idle):
             with contextlib.suppress(Exception):  # a lost actor has nothing left to close
                 self.ray.get(self._actor(slot).close.remote(), timeout=60)
         for actor in self.actors:
