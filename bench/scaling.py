@@ -22,8 +22,10 @@ Exit status: 0 all targets met, 1 a target missed, 3 fewer than two GPUs or no R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -160,7 +162,8 @@ def on_ray(task: KernelTask, settings: EngineSettings, cands: Sequence[Candidate
 @contextmanager
 def local_ray_cluster(gpus: int) -> Iterator[str]:
     """A head with no GPU plus one worker node per GPU, each a `ray start --block`
-    process that sees only its own GPU; stopped through those processes on exit."""
+    process that sees only its own GPU. Each node runs in its own session, so stopping
+    it stops every process it started: none is left to block the next cluster."""
     ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     port = _free_port()
     address = f"127.0.0.1:{port}"
@@ -168,26 +171,37 @@ def local_ray_cluster(gpus: int) -> Iterator[str]:
     procs = [_start([ray, "start", "--head", "--port", str(port), "--num-gpus", "0",
                      "--include-dashboard", "false", *common], {})]
     time.sleep(5)  # the head's GCS must be up before workers join
-    for gpu in range(gpus):
-        procs.append(_start([ray, "start", "--address", address, "--num-gpus", "1", *common],
-                            {"CUDA_VISIBLE_DEVICES": str(gpu)}))
     try:
-        _wait_for_gpus(address, gpus)
+        for gpu in range(gpus):  # one at a time: nodes started together can race for ports
+            procs.append(_start([ray, "start", "--address", address, "--num-gpus", "1",
+                                 *common], {"CUDA_VISIBLE_DEVICES": str(gpu)}))
+            _wait_for_gpus(address, gpu + 1)
         yield address
     finally:
         for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop(proc)
 
 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     # The actors import kfbot from this checkout, installed or not.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return subprocess.Popen(command, env={**os.environ, "PYTHONPATH": path, **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the node's whole process group, then SIGKILL what is left."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):  # the node's children, if it left any
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _free_port() -> int:
