@@ -305,9 +305,10 @@ class RayExecutor:
 
     Each actor takes DEPTH chunks at a time: one holds its GPU while the next one's
     builds run, so the GPU does not wait for builds between chunks. A lost actor is
-    replaced at once, but its replacement gets work only after it has answered a ping: while Ray waits for a GPU for it (its node is gone), the chunks go
-    to the actors still alive. A slot whose actor is lost `max_tries` times in a row
-    (it cannot start: bad source, a broken node) is retired.
+    replaced at once, but its replacement gets work only after it has answered a
+    ping: while Ray waits for a GPU for it (its node is gone), the chunks go to the
+    actors still alive. A slot whose actor is lost `max_tries` times in a row (it
+    cannot start: bad source, a broken node) is retired.
     """
 
     def __init__(self, task: KernelTask, settings: EngineSettings, address: str | None = None,
