@@ -27,6 +27,7 @@ only when a RayExecutor is made.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import io
@@ -44,7 +45,7 @@ from typing import Any, Protocol
 
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.build import Builder
+from kfbot.evaluate.build import Builder, BuildRequest
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation, failed
@@ -161,10 +162,10 @@ def build_packs(task: KernelTask, settings: EngineSettings, bundle: SourceBundle
     engine = Engine(replace(task, root=root), replace(settings, gpu=None), builder)
     requests = [engine.request(cand) for cand in candidates]
     builder.build_many(requests)
-    return [pack_build(builder, engine.request(cand)) for cand in candidates]
+    return [pack_build(builder, request) for request in requests]
 
 
-def pack_build(builder: Builder, request: Any) -> bytes:
+def pack_build(builder: Builder, request: BuildRequest) -> bytes:
     """The cache files a build of `request` made or used, as a gzipped tar of paths
     relative to the cache: cache keys hold no path of the cache itself, so another
     node's builder with the same toolkit, torch and architecture finds them."""
@@ -194,7 +195,9 @@ def unpack_build(cache_dir: Path, data: bytes) -> int:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         for member in tar.getmembers():
             target = cache_dir / member.name
-            if not member.isfile() or target.exists() or ".." in Path(member.name).parts:
+            name = Path(member.name)
+            if not member.isfile() or name.is_absolute() or ".." in name.parts \
+                    or target.exists():
                 continue
             source = tar.extractfile(member)
             if source is None:
@@ -334,7 +337,6 @@ class RayExecutor:
         self._builds = self.ray.remote(build_task).options(
             num_cpus=build_cpus, num_gpus=0, max_retries=2) if build_cpus > 0 else None
         self._build_args = (task, settings, args[3])
-        self._target_arch: list[str | None] = []
         self.actors: list[Any | None] = [self._spawn() for _ in range(count)]
         # One entry per chunk an actor may take now: DEPTH per working actor.
         self._idle: deque[int] = deque(slot for _ in range(DEPTH) for slot in range(count))
@@ -375,12 +377,14 @@ class RayExecutor:
         """Every chunk's build task, started at once: builds run ahead of the GPUs."""
         if self._builds is None or not self.actors:
             return []
-        if not self._target_arch:
-            first = next((a for a in self.actors if a is not None), None)
-            self._target_arch.append(self.ray.get(first.arch.remote()) if first else None)
-        arch = self._target_arch[0]
-        return [self._builds.remote(*self._build_args, arch, batch.chunk(c))
+        return [self._builds.remote(*self._build_args, self._target_arch, batch.chunk(c))
                 for c in range(len(batch.chunks))]
+
+    @functools.cached_property
+    def _target_arch(self) -> str | None:
+        """The architecture the GPU actors build for, asked of the first of them once."""
+        first = next((a for a in self.actors if a is not None), None)
+        return self.ray.get(first.arch.remote()) if first is not None else None
 
     def preflight(self) -> Preflight:
         """The device, the original's baseline and the adequacy gate, from one actor."""
