@@ -87,6 +87,7 @@ def overhead(console: Console, cache: Path, honest: list[Entry], timing: dict[st
         later = _after_first_per_session(outcomes)
         steady[runtime].append(statistics.fmean(later) if later else math.nan)
         this: dict[str, float] = {}
+        trials = sum(t.speedup.baseline.n for o in outcomes for t in o.evaluation.timings)
         for o in outcomes:
             for name, seconds in o.evaluation.phases.items():
                 this[name] = this.get(name, 0.0) + seconds
@@ -96,7 +97,8 @@ def overhead(console: Console, cache: Path, honest: list[Entry], timing: dict[st
                       f"{steady[runtime][-1]:.2f} s each after the first in a session "
                       f"({wall:.1f} s wall incl. worker start and baselines)", highlight=False)
         console.print("    worker phases (s): " + ", ".join(
-            f"{k} {v:.2f}" for k, v in sorted(this.items())), highlight=False)
+            f"{k} {v:.2f}" for k, v in sorted(this.items()))
+            + f"; {trials} timed trials", highlight=False)
     _show_phases(console, phases)
     for label, data in (("on the GPU, builds cached", totals),
                         ("on the GPU, steady state", steady)):

@@ -3,7 +3,10 @@ bundled example's softmax, and the run leaves its report, patch, chart and lesso
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import git
@@ -40,3 +43,26 @@ def test_params_and_rules_speed_up_the_example_softmax(tmp_path: Path) -> None:
     assert (run / "report.md").is_file() and (run / "best.patch").is_file()
     assert len((run / "evaluations.jsonl").read_text().splitlines()) <= 12
     assert (root / ".kfbot" / "experience.md").is_file()
+
+
+def test_the_kfbot_optimize_command_finds_a_verified_speedup(tmp_path: Path) -> None:
+    """The command a user runs, as a subprocess: its final lines name a faster winner,
+    and the user's checkout is left as it was (the winner goes to a new branch)."""
+    root = tmp_path / "example"
+    shutil.copytree(EXAMPLE, root)
+    repo = git.Repo.init(root)
+    repo.git.add("-A")
+    repo.index.commit("example")
+    head = repo.head.commit.hexsha
+    env = {**os.environ, "KFBOT_CACHE": os.environ.get("KFBOT_CACHE", str(tmp_path / "cache"))}
+    env.pop("ANTHROPIC_API_KEY", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "kfbot", "optimize", "softmax_kernel", "--repo", str(root),
+         "--budget-evals", "16", "--islands", "2", "--seed", "1", "--no-llm"],
+        capture_output=True, text=True, timeout=1200, env=env, check=False)
+    print(done.stdout[-6000:])  # the final table, for the record (pytest -s)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    best = [line for line in done.stdout.splitlines() if line.startswith("best: ")]
+    assert best and "(faster)" in best[0], done.stdout[-3000:]
+    assert repo.head.commit.hexsha == head and not repo.is_dirty(untracked_files=False)
+    assert any(b.name.startswith("kfbot/") for b in repo.branches), [b.name for b in repo.branches]
