@@ -33,7 +33,8 @@ def test_params_and_rules_speed_up_the_example_softmax(tmp_path: Path) -> None:
     config = load_config(None, root)
     task = make_task(select_kernel(scan(root, config).kernels, "softmax_kernel"), root, config)
     settings = OptimizeSettings(islands=2, seed=1, evaluations=12, batch=2)
-    with Engine(task, EngineSettings(cache_dir=tmp_path / "cache",
+    cache = Path(os.environ.get("KFBOT_TEST_CACHE") or tmp_path / "cache")  # kept: no rebuilds
+    with Engine(task, EngineSettings(cache_dir=cache,
                                      timing={"max_trials": 40, "min_trials": 10})) as engine:
         assert engine.baseline().ok
         outcome = optimize(task, engine, settings, root / ".kfbot" / "runs" / "t")

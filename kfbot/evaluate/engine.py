@@ -210,14 +210,16 @@ class Engine:
         found = {t.dtype for s in sigs for t in s.tensors()}
         return sorted(found | set(self.task.declared_dtypes))
 
-    def evaluate(self, candidate: Candidate, bench: bool = True) -> Evaluation:
+    def evaluate(self, candidate: Candidate, bench: bool = True,
+                 built: BuildResult | None = None) -> Evaluation:
+        """Static checks, build (or `built`, made already), then verify and benchmark."""
         started = time.monotonic()
         findings = self.static_check(candidate)
         rejected = strict(findings)
         if rejected:
             reason = "; ".join(f.line() for f in rejected)
             return failed(candidate.hash, "static", reason, findings=tuple(findings))
-        built = self.build(candidate)
+        built = built if built is not None else self.build(candidate)
         if not built.ok:
             reason = next(
                 (d.message for d in built.diagnostics if d.severity == "error"),
@@ -257,7 +259,9 @@ class Engine:
             futures = {pool.submit(self.build, c): c for c in candidates}
             for future in as_completed(futures):
                 candidate = futures[future]
-                yield candidate, self.evaluate(candidate, bench)  # the build is a cache hit
+                # The pool's build is handed over: planning it again costs a parse of
+                # every source, even when the cache holds the objects.
+                yield candidate, self.evaluate(candidate, bench, future.result())
 
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.build import Builder, BuildRequest
+from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation, failed
@@ -244,19 +244,25 @@ class EvalActor:
         (in a list, so Ray does not wait for it before calling: a lost build is
         built here instead)."""
         self._unpack(candidates, builds)
-        self._build_ahead(candidates)
+        built = self._build_ahead(candidates)
         with self._gpu:
-            done = {cand.hash: ev for cand, ev in self.evaluator.evaluate_many(candidates)}
+            engine = self.evaluator
+            if built is not None and isinstance(engine, Engine):
+                return [engine.evaluate(c, True, b) for c, b in zip(candidates, built, strict=True)]
+            done = {cand.hash: ev for cand, ev in engine.evaluate_many(candidates)}
         return [done[cand.hash] for cand in candidates]
 
-    def _build_ahead(self, candidates: Sequence[Candidate]) -> None:
+    def _build_ahead(self, candidates: Sequence[Candidate]) -> list[BuildResult] | None:
         """Builds the chunk while the other chunk in flight holds the GPU, so the GPU
-        does not idle through this one's builds (the evaluation then finds them cached)."""
+        does not idle through this one's builds; the builds are evaluated as they are.
+        None where the evaluator is not an engine or the builds could not be made."""
         engine = self.evaluator
         if not isinstance(engine, Engine):
-            return
-        with contextlib.suppress(Exception):  # the evaluation reports what went wrong
-            engine.builder.build_many([engine.request(cand) for cand in candidates])
+            return None
+        try:
+            return list(engine.builder.build_many([engine.request(c) for c in candidates]))
+        except Exception:  # the evaluation builds again and reports what went wrong
+            return None
 
     def _unpack(self, candidates: Sequence[Candidate], builds: Sequence[Any]) -> None:
         if not builds:

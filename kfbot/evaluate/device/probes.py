@@ -36,9 +36,10 @@ def poison(byte: int, nbytes: int) -> None:
     cache holds too little free memory for the op's outputs, so the op's next
     allocations find nothing but the pattern and need no new segment, whose memory
     could hold anything. Nothing is released to the driver, which keeps this cheap
-    enough to run before every checked call.
+    enough to run before every checked call. Nothing waits for the GPU: the fills are
+    queued on the current stream, ahead of the op that will be handed their blocks
+    (the allocator's state is the host's, current without a synchronize).
     """
-    torch.cuda.synchronize()
     free = _free_blocks()
     held = [torch.empty(part, dtype=torch.uint8, device="cuda")
             for size, small in free for part in _requests(size, small)]
@@ -50,8 +51,7 @@ def poison(byte: int, nbytes: int) -> None:
              for _ in range(max(0, 4 - small_free // _SMALL_BLOCK))]
     for block in held:
         block.fill_(byte)
-    torch.cuda.synchronize()
-    del held  # back to the cache, contents kept
+    del held  # back to the cache, contents kept, reused in stream order after the fills
 
 
 def _requests(size: int, small: bool) -> list[int]:
@@ -98,17 +98,25 @@ def snapshot(values: Iterable[Any]) -> list[torch.Tensor]:
 
 
 def mutated(before: Sequence[torch.Tensor], values: Iterable[Any]) -> list[int]:
-    """Positions (in tensor order) of inputs that changed, bit for bit."""
+    """Positions (in tensor order) of inputs that changed, bit for bit: one synchronize
+    for all of them."""
     after = [t for v in values for t in tensors_in(v)]
-    return [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if not _same_bits(a, b)]
+    flags = [_same_bits(a, b) for a, b in zip(before, after, strict=True)]
+    pending = [f for f in flags if isinstance(f, torch.Tensor)]
+    read = iter(torch.stack(pending).tolist() if pending else [])
+    same = [next(read) if isinstance(f, torch.Tensor) else f for f in flags]
+    return [i for i, ok in enumerate(same) if not ok]
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool | torch.Tensor:
+    """Whether `a` and `b` hold the same bits: known at once from their metadata, or a
+    0-dim bool tensor on the device."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
         return False
     if a.numel() == 0:
         return True
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    raw_a = a.contiguous().reshape(-1).view(torch.uint8)
+    return ~raw_a.ne(b.contiguous().reshape(-1).view(torch.uint8)).any()
 
 
 # --- kernels launched ------------------------------------------------------------------

@@ -409,6 +409,8 @@ def repeat_records(
         want = run(original, inputs, None)
         if want.error is not None:
             continue
+        if got.error is None and _quick_pass(got.out, want.out, ctx):
+            continue  # the usual case: one synchronize, no reference call
         ref = reference(inputs)
         fallback = _as_reference([("reference", *_reference(ref, inputs))]) \
             if ref is not None else None
