@@ -36,9 +36,10 @@ def poison(byte: int, nbytes: int) -> None:
     cache holds too little free memory for the op's outputs, so the op's next
     allocations find nothing but the pattern and need no new segment, whose memory
     could hold anything. Nothing is released to the driver, which keeps this cheap
-    enough to run before every checked call. Nothing waits for the GPU: the fills are
-    queued on the current stream, ahead of the op that will be handed their blocks
-    (the allocator's state is the host's, current without a synchronize).
+    enough to run before every checked call. The allocator's state is the host's, so
+    nothing is waited for before the fills; they are waited for after, so the op is
+    called on an idle GPU, as a verification call always is (a launcher that tests
+    whether the stream is busy must see the same thing here as in the other checks).
     """
     free = _free_blocks()
     held = [torch.empty(part, dtype=torch.uint8, device="cuda")
@@ -51,7 +52,8 @@ def poison(byte: int, nbytes: int) -> None:
              for _ in range(max(0, 4 - small_free // _SMALL_BLOCK))]
     for block in held:
         block.fill_(byte)
-    del held  # back to the cache, contents kept, reused in stream order after the fills
+    torch.cuda.synchronize()
+    del held  # back to the cache, contents kept
 
 
 def _requests(size: int, small: bool) -> list[int]:

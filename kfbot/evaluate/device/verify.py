@@ -401,11 +401,14 @@ def repeat_records(
     fn: Op, original: Op, make_inputs: Callable[[int], InputSet], calls: int, ctx: Context,
     reference: Callable[[InputSet], Op | None] = lambda inputs: None,
 ) -> list[Record]:
-    """Call the candidate `calls` times on fresh inputs; every call must stay correct:
-    as close to the original, or to the reference, as the tolerance allows."""
-    for k in range(calls):
-        inputs = make_inputs(k)
-        got = run(fn, inputs, None)
+    """Call the candidate `calls` times on fresh inputs, back to back as a program's loop
+    does (each call waited for, nothing else in between), then judge every output: as
+    close to the original, or to the reference, as the tolerance allows. A launcher
+    that acts differently when called in quick succession (a call counter, a clock
+    read between calls) shows it here; the verification calls are far apart."""
+    sets = [make_inputs(k) for k in range(calls)]
+    outs = _back_to_back(fn, [(clone(s.args), clone(s.kwargs)) for s in sets])
+    for k, (inputs, got) in enumerate(zip(sets, outs, strict=True)):
         want = run(original, inputs, None)
         if want.error is not None:
             continue
@@ -418,5 +421,21 @@ def repeat_records(
         if not rec["passed"]:
             rec["check"] = "repeat-calls"
             rec["input"] = f"call {k + 1} of {calls} on fresh inputs, {inputs.label}"
+            rec["run"] = f"{rec['run']}; called back to back"
             return [rec]
     return []
+
+
+def _back_to_back(fn: Op, argsets: Sequence[Args]) -> list[Run]:
+    runs = []
+    for args, kwargs in argsets:
+        try:
+            out = fn(*args, **kwargs)
+            torch.cuda.synchronize()
+        except (RuntimeError, ValueError, TypeError) as exc:
+            if cuda_error_kind(str(exc)) is not None:
+                raise
+            runs.append(Run(error=f"{type(exc).__name__}: {exc}"[:500]))
+            continue
+        runs.append(Run(out))
+    return runs
