@@ -209,19 +209,25 @@ def simulate(cache: Mapping[str, Any], budgets: Sequence[int], seeds: Sequence[i
         source = f"__global__ void {cache['kernel_name']}() {{}}"
         out: dict[str, dict[int, float]] = {}
         for strategy in strategies:
-            out[strategy] = {}
-            for n in budgets:
-                found = []
-                for seed in seeds:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        results, _ = tune_kernel(
-                            cache["kernel_name"], source, 1, [], dict(cache["tune_params"]),
-                            cache=str(path), simulation_mode=True, strategy=strategy,
-                            strategy_options={"max_fevals": n}, quiet=True, seed=seed)
-                    found.append(kt_best(results, names, n))
-                out[strategy][n] = statistics.median(found)
+            try:
+                out[strategy] = {n: statistics.median(
+                    kt_best(_tune(tune_kernel, cache, source, str(path), strategy, n, seed),
+                            names, n) for seed in seeds) for n in budgets}
+            except ValueError as exc:  # bayes_opt: "Can't sample more than the size of
+                # the search space" where the space is smaller than its initial sample
+                print(f"  Kernel Tuner {strategy} skipped: {exc}")
     return out
+
+
+def _tune(tune_kernel: Any, cache: Mapping[str, Any], source: str, path: str, strategy: str,
+          budget: int, seed: int) -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results, _ = tune_kernel(
+            cache["kernel_name"], source, 1, [], dict(cache["tune_params"]), cache=path,
+            simulation_mode=True, strategy=strategy, strategy_options={"max_fevals": budget},
+            quiet=True, seed=seed)
+    return list(results)
 
 
 @dataclass
@@ -500,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     console.print(f"search_quality: needs a CUDA GPU: {exc}")
                     return EXIT_NO_GPU
                 rows.append(Row(bench.kernel, bench.what, 0, 0, False, error=str(exc)))
+            console.print(table(rows[-1:], budgets, args.tolerance))  # as each one ends
     console.print(table(rows, budgets, args.tolerance))
     lines, passed = summary(rows, budgets, args.tolerance)
     for line in [*lines, *NOTES]:
