@@ -80,3 +80,19 @@ def test_declared_flops_give_a_rate_and_a_compute_bound_class() -> None:
     assert t.bound == "compute-bound"
     (no_flops,) = shape_timings([_bench(100, 50)], seed=1, peaks=PEAKS)
     assert no_flops.flop_rate is None
+
+
+def test_every_failed_anticheat_check_is_evidence_the_first_decides() -> None:
+    from kfbot.evaluate.engine import _evidence
+
+    def check(name: str, passed: bool, error: str = "") -> Check:
+        return Check(input="(3, 500) float32", against="original", passed=passed,
+                     error=error or None, check=name)
+
+    checks = [check("correctness", True), check("timer-disagreement", False, "wall 39 us"),
+              check("foreign-kernels", False, "launches cutlass_80_gemm"),
+              check("timer-disagreement", False, "again"), check("correctness", False)]
+    found = _evidence(checks[1].finding(), checks)
+    assert [f.check for f in found] == ["timer-disagreement", "foreign-kernels"]
+    assert found[1].reason == "launches cutlass_80_gemm" and found[0].layer == "timing"
+    assert _evidence(checks[2].finding(), checks[:3])[0].check == "foreign-kernels"

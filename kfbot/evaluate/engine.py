@@ -355,9 +355,21 @@ class Engine:
             stage: Stage = "baseline" if baseline else "correctness"
             return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
                           checks=checks, environment=env)
-        finding = bad.finding()
-        return failed(digest, "anticheat", finding.line(), resources, checks=checks,
-                      environment=env, timings=timings, findings=(finding,))
+        first = bad.finding()
+        return failed(digest, "anticheat", first.line(), resources, checks=checks,
+                      environment=env, timings=timings, findings=_evidence(first, checks))
+
+
+def _evidence(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
+    """Every anti-cheating check that failed, the one that decided first: a cheat often
+    trips more than one (a library call is both a foreign kernel and, through its host
+    overhead, a timer disagreement), and the report shows all of them."""
+    seen, out = {first.check}, [first]
+    for check in checks:
+        if not check.passed and check.check not in seen and check.check != "correctness":
+            seen.add(check.check)
+            out.append(check.finding())
+    return tuple(out)
 
 
 def _artifact(result: BuildResult) -> dict[str, Any]:

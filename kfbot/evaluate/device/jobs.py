@@ -112,7 +112,9 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
             result["bench"], result["probes"] = _bench(
                 original, candidate, signatures, seeds, payload["bench"], ctx, phases)
         kernels = payload.get("kernels")
-        passed = all(r["passed"] for r in [*result["verify"], *result.get("probes", [])])
+        # Listed whenever the outputs are right, even after a timing check failed: the
+        # kernels a cheat launches are evidence of their own, and cheap to take.
+        passed = all(r["passed"] for r in result["verify"])
         if ctx.probes and checked and kernels and passed:
             with _phase(phases, "kernels"):
                 result["verify"] += _launch_records(original, candidate, checked[0], kernels,
