@@ -118,3 +118,13 @@ def test_deferred_timed_checks_name_the_first_failing_trial() -> None:
     honest = Timed({}, pending=[(1, torch.tensor(True)), (2, torch.tensor(True))])
     honest.settle()
     assert honest.mismatch is None and honest.pending == []
+
+
+def test_back_to_back_repeat_calls_fit_in_a_quarter_of_free_memory() -> None:
+    from kfbot.evaluate.device.verify import back_to_back_group
+
+    gib = 1 << 30
+    assert back_to_back_group(10, 12 << 20, 70 * gib) == 10  # small inputs: all ten
+    assert back_to_back_group(10, 3 * gib, 70 * gib) == 5  # 17.5 GiB holds five
+    assert back_to_back_group(10, 30 * gib, 70 * gib) == 2  # never fewer than a pair
+    assert back_to_back_group(1, 1, gib) == 2 and back_to_back_group(3, 0, gib) == 3

@@ -406,9 +406,32 @@ def repeat_records(
     close to the original, or to the reference, as the tolerance allows. A launcher
     that acts differently when called in quick succession (a call counter, a clock
     read between calls) shows it here; the verification calls are far apart."""
-    sets = [make_inputs(k) for k in range(calls)]
+    first = make_inputs(0)
+    # Each call holds its inputs, their copies and its outputs until judged.
+    group = back_to_back_group(calls, 3 * input_bytes(first), torch.cuda.mem_get_info()[0])
+    for start in range(0, calls, group):
+        ks = range(start, min(calls, start + group))
+        sets = [first if k == 0 else make_inputs(k) for k in ks]
+        failure = _judge_repeats(fn, original, sets, start, calls, ctx, reference)
+        if failure:
+            return failure
+    return []
+
+
+def back_to_back_group(calls: int, set_bytes: int, free_bytes: int) -> int:
+    """How many calls to make back to back before judging them: all of them where what
+    each holds (`set_bytes`) fits in a quarter of the free memory, else
+    as many as fit, and never fewer than two (a pair is the least a loop makes)."""
+    fits = free_bytes // 4 // max(1, set_bytes)
+    return max(2, min(calls, fits))
+
+
+def _judge_repeats(
+    fn: Op, original: Op, sets: Sequence[InputSet], start: int, calls: int, ctx: Context,
+    reference: Callable[[InputSet], Op | None],
+) -> list[Record]:
     outs = _back_to_back(fn, [(clone(s.args), clone(s.kwargs)) for s in sets])
-    for k, (inputs, got) in enumerate(zip(sets, outs, strict=True)):
+    for k, (inputs, got) in enumerate(zip(sets, outs, strict=True), start):
         want = run(original, inputs, None)
         if want.error is not None:
             continue
