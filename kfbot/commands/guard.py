@@ -1,0 +1,140 @@
+"""The pull-request guard of `kfbot action`: the kernels a pull request changes are
+verified and timed against its base branch, and the verdict goes into one status
+comment, the job summary and annotations on the kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import git
+
+from kfbot.changes import (
+    BrokenPairing,
+    ChangedKernel,
+    Comparison,
+    broken_pairings,
+    changed_kernels,
+    changed_paths,
+    compare_with_base,
+)
+from kfbot.commands.action import GPU_HINT, Context, problem_annotations, require_gpu
+from kfbot.commands.common import cache_dir
+from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
+from kfbot.github.action_io import Annotation, Result
+from kfbot.github.events import PullRequestEvent
+from kfbot.github.status import State, StatusReport
+from kfbot.scan.scanner import scan
+
+
+def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
+    """Verify the kernels a pull request changes and time them against its base branch."""
+    config = ctx.config()
+    report = scan(ctx.root, config)
+    fork_point = merge_base(ctx.root, event.base_sha, event.number)
+    changed = changed_kernels(ctx.root, fork_point, report=report)
+    broken = broken_pairings(ctx.root, fork_point, report)
+    notes = problem_annotations(report, set(changed_paths(ctx.root, fork_point)))
+    notes += tuple(Annotation("warning", b.line(event.base_ref), b.kernel.file,
+                              b.kernel.definition.line, "kfbot guard") for b in broken)
+    status = ctx.status(ctx.github(), event.number, "guard")
+    if not changed and not broken:
+        result = Result("no kernel changed in this pull request", annotations=notes)
+        if status.exists():  # an earlier push changed kernels: say that is over
+            status.show(_guard_status(ctx, event, result))
+        return result
+    try:
+        if changed:  # only lost reference tests: nothing to build
+            require_gpu(ctx.root, ctx.inputs.gpu)
+        comparisons = [compare_with_base(ctx.root, event.base_sha, item, ctx.inputs.gpu,
+                                         cache_dir(), config) for item in changed]
+        result = _guarded(changed, comparisons, _lost(broken, event.base_ref), notes)
+    except KfbotError as exc:
+        if exc.exit_code != EXIT_MISSING_TOOL:
+            raise
+        result = _not_guarded(changed, _lost(broken, event.base_ref), str(exc), notes)
+    status.show(_guard_status(ctx, event, result))
+    return result
+
+
+def merge_base(root: Path, base_sha: str, number: int) -> str:
+    """Where the pull request left its base: its own changes are those since then."""
+    try:
+        found = git.Repo(root, search_parent_directories=True).merge_base(base_sha, "HEAD")
+    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError):
+        found = []
+    if not found:
+        raise KfbotError(f"the base commit {base_sha[:7]} of pull request #{number} is not in "
+                         f"the checkout at {root}: check out with `fetch-depth: 0`")
+    return str(found[0].hexsha)
+
+
+def _guard_status(ctx: Context, event: PullRequestEvent, result: Result) -> StatusReport:
+    state: State = "passed" if result.exit_code == EXIT_OK else "failed"
+    return StatusReport(f"kernel guard against {event.base_ref}", None, event.head_sha[:7],
+                        ctx.run_url(), state=state, headline=result.headline,
+                        details=result.details)
+
+
+_GUARD_HEAD = "| kernel | defined at | changed files | result |\n|---|---|---|---|"
+
+
+def _kernel_cells(item: ChangedKernel) -> str:
+    k = item.kernel
+    return f"| {k.name} | `{k.file}:{k.definition.line}` | {', '.join(item.files)} |"
+
+
+def _lost(broken: Sequence[BrokenPairing], base: str) -> str:
+    if not broken:
+        return ""
+    return "\n**Reference tests lost:**\n\n" + "".join(f"- {b.line(base)}\n" for b in broken)
+
+
+def _not_guarded(changed: Sequence[ChangedKernel], lost: str, why: str,
+                 notes: tuple[Annotation, ...]) -> Result:
+    rows = "\n".join(f"{_kernel_cells(c)} not verified, not benchmarked |" for c in changed)
+    details = (f"**The GPU step could not run** ({why}), so the changed kernels below were "
+               f"**not verified against their reference nor benchmarked** against the base "
+               f"branch: {GPU_HINT}.\n\n{_GUARD_HEAD}\n{rows}\n{lost}")
+    note = Annotation("error", f"the GPU step could not run: {why}", title="kfbot guard")
+    return Result(f"the GPU step could not run: {why}", details, EXIT_MISSING_TOOL,
+                  annotations=(*notes, note))
+
+
+def _guarded(changed: Sequence[ChangedKernel], comparisons: Sequence[Comparison], lost: str,
+             notes: tuple[Annotation, ...]) -> Result:
+    rows, found, failed = [], list(notes), 0
+    for item, comparison in zip(changed, comparisons, strict=True):
+        verdict, note, bad = _verdict(item, comparison)
+        rows.append(f"{_kernel_cells(item)} {verdict} |")
+        found += [note] if note is not None else []
+        failed += bad
+    plural = "s" if len(changed) != 1 else ""
+    headline = f"{len(changed)} changed kernel{plural}: " + \
+        (f"{failed} rejected or slower" if failed else "verified, none slower than the base")
+    details = f"{_GUARD_HEAD}\n" + "\n".join(rows) + "\n" + lost
+    return Result(headline, details, EXIT_FAILURE if failed else EXIT_OK,
+                  annotations=tuple(found))
+
+
+def _verdict(item: ChangedKernel, c: Comparison) -> tuple[str, Annotation | None, bool]:
+    """The table cell, the annotation on the kernel, and whether the guard fails."""
+    k = item.kernel
+    where = (k.file, k.definition.line)
+    if c.change is None:
+        base = c.base.reason if c.base is not None else "no base version"
+        return (f"not compared: the base version fails its reference ({base})",
+                Annotation("warning", f"{k.name}: the base version fails its reference",
+                           *where, "kfbot guard"), False)
+    ev = c.change
+    if not ev.ok:
+        message = f"{k.name}: rejected at {ev.stage}: {ev.reason}"
+        return (f"✗ rejected at {ev.stage}: {ev.reason}",
+                Annotation("error", message, *where, "kfbot guard"), True)
+    if c.slower_shapes:
+        shapes = ", ".join(c.slower_shapes)
+        return (f"✓ correct; ✗ slower than the base on {shapes}",
+                Annotation("error", f"{k.name}: slower than the base on {shapes}", *where,
+                           "kfbot guard"), True)
+    speed = f"; {ev.speedup:.2f}x vs the base ({ev.verdict})" if ev.speedup else ""
+    return f"✓ correct{speed}", None, False
