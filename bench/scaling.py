@@ -119,10 +119,22 @@ def timed(name: str, run: executors.Executor, candidates: Sequence[Candidate]) -
     results = run.evaluate(candidates[WARM:])
     seconds = time.monotonic() - t0
     ok = sum(ev.ok for _, ev in results)
-    print(f"  {name}: {len(results)} evaluations in {seconds:.1f} s, {ok} correct")
+    print(f"  {name}: {len(results)} evaluations in {seconds:.1f} s, {ok} correct; "
+          f"{busy_line([ev for _, ev in results], seconds)}")
     if ok < len(results):
         print(f"    failures: {_reasons(results)}")
     return Row(name, len(results), ok, seconds)
+
+
+def busy_line(evaluations: Sequence[Evaluation], wall_s: float) -> str:
+    """Where the wall time went: the evaluations' own seconds (verify and benchmark,
+    summed over the GPUs) against the wall clock, so an executor that leaves its GPUs
+    idle (transfers, planning, waiting) shows it."""
+    inside = sum(ev.eval_seconds for ev in evaluations)
+    per = inside / max(1, len(evaluations))
+    return (f"{inside:.1f} s inside evaluations ({per:.2f} s each), "
+            f"{inside / wall_s:.2f} GPU-seconds per second of wall time" if wall_s > 0
+            else "no wall time")
 
 
 def _reasons(results: Sequence[tuple[Candidate, Evaluation]]) -> str:
