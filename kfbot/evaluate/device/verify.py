@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -133,14 +133,22 @@ def run(fn: Op, inputs: InputSet, byte: int | None) -> Run:
     before = snapshot([args, kwargs])
     if byte is not None:
         poison(byte, input_bytes(inputs))
+    called = _call(fn, args, kwargs)
+    if called.error is not None:
+        return replace(called, poison=byte)
+    return Run(called.out, None, tuple(mutated(before, [args, kwargs])), byte)
+
+
+def _call(fn: Op, args: list[Any], kwargs: dict[str, Any]) -> Run:
+    """One call, waited for: its output, or the error it raised."""
     try:
         out = fn(*args, **kwargs)
         torch.cuda.synchronize()
     except (RuntimeError, ValueError, TypeError) as exc:
         if cuda_error_kind(str(exc)) is not None:
             raise  # a sticky CUDA error: the worker must restart; the engine records it
-        return Run(error=f"{type(exc).__name__}: {exc}"[:500], poison=byte)
-    return Run(out, None, tuple(mutated(before, [args, kwargs])), byte)
+        return Run(error=f"{type(exc).__name__}: {exc}"[:500])
+    return Run(out)
 
 
 def record(inputs: InputSet, against: str, passed: bool, check: str, **extra: Any) -> Record:
@@ -450,15 +458,4 @@ def _judge_repeats(
 
 
 def _back_to_back(fn: Op, argsets: Sequence[Args]) -> list[Run]:
-    runs = []
-    for args, kwargs in argsets:
-        try:
-            out = fn(*args, **kwargs)
-            torch.cuda.synchronize()
-        except (RuntimeError, ValueError, TypeError) as exc:
-            if cuda_error_kind(str(exc)) is not None:
-                raise
-            runs.append(Run(error=f"{type(exc).__name__}: {exc}"[:500]))
-            continue
-        runs.append(Run(out))
-    return runs
+    return [_call(fn, args, kwargs) for args, kwargs in argsets]
