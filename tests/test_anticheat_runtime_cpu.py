@@ -41,6 +41,39 @@ def test_mutated_compares_inputs_bit_for_bit() -> None:
     assert mutated(before, args) == [0, 1]
 
 
+@pytest.mark.parametrize(("dtype", "numel"), [
+    (torch.uint8, 7), (torch.float16, 3), (torch.float32, 5), (torch.float64, 2),
+])
+def test_mutated_sees_one_flipped_bit_whatever_the_byte_count(dtype: torch.dtype,
+                                                             numel: int) -> None:
+    from kfbot.evaluate.device.probes import mutated, snapshot
+
+    x = torch.zeros(numel * 2, dtype=dtype)[::2]  # not contiguous: copied before compared
+    before = snapshot([x])
+    assert mutated(before, [x]) == []
+    raw = x.clone()
+    raw.view(torch.uint8)[-1] ^= 0x01  # the last byte: a tail a wide view must not drop
+    x.copy_(raw)
+    assert mutated(before, [x]) == [0]
+
+
+def test_close_flag_widens_to_a_float64_reference_and_never_passes_nan() -> None:
+    from kfbot.evaluate.device.verify import close_flag
+
+    want = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    got = want.float()
+    for finite in (True, False):
+        assert bool(close_flag(got, want, {}, finite=finite))
+        assert bool(close_flag([got, got], [want, want], {}, finite=finite))
+        bad = got.clone()
+        bad[5] = float("nan")
+        assert not bool(close_flag(bad, want, {}, finite=finite))
+        assert not bool(close_flag(got + 1, want, {}, finite=finite))
+    assert close_flag([got], [want, want], {}, finite=True) is False  # output count
+    assert close_flag(got.int(), want, {}, finite=True) is False  # dtype
+    assert close_flag(3, want, {}, finite=True) is False  # not a tensor
+
+
 def test_kernel_names_from_profiler_names() -> None:
     from kfbot.evaluate.device.probes import is_benign, kernel_identifier
 

@@ -16,13 +16,7 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import (
-    Tolerance,
-    close_all,
-    close_all_finite,
-    dtype_name,
-    tolerance_for,
-)
+from kfbot.evaluate.compare import Tolerance
 from kfbot.evaluate.device import environment
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
 from kfbot.evaluate.device.probes import (
@@ -39,6 +33,7 @@ from kfbot.evaluate.device.verify import (
     Record,
     call,
     clone,
+    close_flag,
     compare_outputs,
     record,
     repeat_records,
@@ -331,19 +326,12 @@ def _timed_check(ctx: Context) -> Check:
     finite: dict[int, bool] = {}
 
     def check(outputs: Mapping[str, Any], which: int) -> str | torch.Tensor | None:
-        got, want = tensors(outputs["candidate"]), tensors(outputs["original"])
-        if len(got) == len(want) and all(isinstance(t, torch.Tensor) for t in [*got, *want]):
-            fast = finite.get(which, False)
-            close = close_all_finite if fast else close_all
-            flags = [close(a, e, tolerance_for(dtype_name(a.dtype), ctx.overrides))
-                     for a, e in zip(got, want, strict=True)]
-            if all(not isinstance(f, bool) or f for f in flags):
-                if which not in finite:
-                    finite[which] = _all_finite(want)
-                deferred = [f for f in flags if isinstance(f, torch.Tensor)]
-                if len(deferred) == 1:
-                    return deferred[0]
-                return torch.stack(deferred).all() if deferred else None
+        flag = close_flag(outputs["candidate"], outputs["original"], ctx.overrides,
+                          finite=finite.get(which, False))
+        if flag is not False:
+            if which not in finite:
+                finite[which] = _all_finite(tensors(outputs["original"]))
+            return flag if isinstance(flag, torch.Tensor) else None
         comps = compare_outputs(outputs["candidate"], outputs["original"], ctx.overrides,
                                 ctx.block)
         bad = next((c for c in comps if not c.passed), None)

@@ -117,8 +117,19 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool | torch.Tensor:
         return False
     if a.numel() == 0:
         return True
-    raw_a = a.contiguous().reshape(-1).view(torch.uint8)
-    return ~raw_a.ne(b.contiguous().reshape(-1).view(torch.uint8)).any()
+    raw_a, raw_b = _words(a), _words(b)
+    return ~raw_a.ne(raw_b).any()
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s bytes as the widest integers that tile them: the bitwise comparison then
+    reads the same bytes but writes an eighth of the flags a byte view would."""
+    raw = t.contiguous().reshape(-1).view(torch.uint8)
+    for wide in (torch.int64, torch.int32, torch.int16):
+        size = wide.itemsize
+        if raw.numel() % size == 0 and raw.data_ptr() % size == 0:
+            return raw.view(wide)
+    return raw
 
 
 # --- kernels launched ------------------------------------------------------------------
