@@ -143,7 +143,23 @@ def test_merge_ignores_values_and_sums_counts() -> None:
     first = merged[0].args[0]
     assert isinstance(first, TensorSpec)
     assert (first.min, first.max, first.mean) == (-1.0, 5.0, 1.0)  # mean weighted 3:1
+    assert first.std is None  # neither side measured a spread
     assert merged[0].tests == ("t::a", "t::b")
+
+
+def test_merge_pools_the_spread_of_both_samples() -> None:
+    # 3 calls of N(0, 1) and 1 of N(4, 2): second moments 1 and 20, pooled 23/4,
+    # less the pooled mean squared (1): 4.75.
+    a = sig("m.f", replace(tensor((4,), (1,), -3.0, 3.0, 0.0), std=1.0), count=3, tests=())
+    b = sig("m.f", replace(tensor((4,), (1,), -2.0, 10.0, 4.0), std=2.0), tests=())
+    (merged,) = merge_signatures([a, b])
+    spec = merged.args[0]
+    assert isinstance(spec, TensorSpec) and spec.std == pytest.approx(math.sqrt(4.75))
+    unmeasured = sig("m.f", tensor((4,), (1,), 0.0, 1.0, 0.5), tests=())
+    only_a = merge_signatures([a, unmeasured])[0].args[0]
+    assert isinstance(only_a, TensorSpec) and only_a.std == 1.0
+    back = TensorSpec.from_json(spec.to_json())
+    assert back == spec
 
 
 # --- describing arguments ---------------------------------------------------------------
@@ -152,13 +168,16 @@ def test_merge_ignores_values_and_sums_counts() -> None:
 def test_describe_tensors() -> None:
     x = torch.tensor([[1.0, float("nan"), 3.0], [float("-inf"), -2.0, 4.0]])
     spec = describe(x)
-    assert spec == TensorSpec((2, 3), "float32", (3, 1), True, "cpu", -2.0, 4.0, 1.5, True, True)
+    # The spread is the population standard deviation of the finite values.
+    assert spec == TensorSpec((2, 3), "float32", (3, 1), True, "cpu", -2.0, 4.0, 1.5, True, True,
+                              std=pytest.approx(math.sqrt(5.25)))
     sliced = describe(torch.arange(12).reshape(3, 4)[:, 1:])
     assert sliced == TensorSpec(
-        (3, 3), "int64", (4, 1), False, "cpu", 1.0, 11.0, 6.0, storage_offset=1
+        (3, 3), "int64", (4, 1), False, "cpu", 1.0, 11.0, 6.0, storage_offset=1,
+        std=pytest.approx(math.sqrt(426 / 9 - 36)),
     )
     expanded = describe(torch.ones(1, 4, dtype=torch.bool).expand(3, 4))
-    assert expanded == TensorSpec((3, 4), "bool", (0, 1), False, "cpu", 1.0, 1.0, 1.0)
+    assert expanded == TensorSpec((3, 4), "bool", (0, 1), False, "cpu", 1.0, 1.0, 1.0, std=0.0)
     grad = describe(torch.zeros(2, requires_grad=True))
     assert isinstance(grad, TensorSpec) and grad.requires_grad
     empty = describe(torch.empty(0, 3))
@@ -167,7 +186,8 @@ def test_describe_tensors() -> None:
 
 def test_describe_other_values() -> None:
     assert describe([torch.ones(2), 3]) == SequenceSpec(
-        "list", (TensorSpec((2,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0), scalar(3))
+        "list", (TensorSpec((2,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0, std=0.0),
+                 scalar(3))
     )
     assert describe((1.5, "x", None, True)) == SequenceSpec(
         "tuple", (scalar(1.5), scalar("x"), scalar(None), ScalarSpec("bool", True))
@@ -221,7 +241,7 @@ def test_callable_wrapped_everywhere_and_restored(ops_module: ModuleType) -> Non
     result = capture.result()
     assert result.op_calls == (("kfcap_inproc:f", 2),)
     assert result.raised_calls == (("kfcap_inproc:f", 1),)
-    expected = TensorSpec((3,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0)
+    expected = TensorSpec((3,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0, std=0.0)
     assert result.signatures == (sig("kfcap_inproc:f", expected, tests=(), k=scalar(2)),)
 
 
@@ -276,7 +296,7 @@ def test_extension_from_load_inline_is_wrapped(monkeypatch: pytest.MonkeyPatch) 
     finally:
         capture.uninstall()
     assert cpp.load_inline is fake_load_inline
-    spec = TensorSpec((2, 2), "float32", (2, 1), True, "cpu", 0.0, 0.0, 0.0)
+    spec = TensorSpec((2, 2), "float32", (2, 1), True, "cpu", 0.0, 0.0, 0.0, std=0.0)
     assert capture.result().signatures == (sig("fake_ext.softmax", spec, scalar(-1), tests=()),)
 
 
@@ -297,7 +317,7 @@ def test_torch_op_registered_later_is_wrapped() -> None:
         capture.uninstall()
     result = capture.result()
     assert result.found == ("torch.ops.kfcapin.twice",) and result.errors == ()
-    spec = TensorSpec((2,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0)
+    spec = TensorSpec((2,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0, std=0.0)
     assert result.signatures == (sig("torch.ops.kfcapin.twice", spec, tests=("t.py::test_twice",)),)
 
 
@@ -329,9 +349,9 @@ def means(signature: CallSignature) -> list[float | None]:
     return [t.mean for t in signature.tensors()]
 
 
-def without_means(signature: CallSignature) -> CallSignature:
+def without_moments(signature: CallSignature) -> CallSignature:
     def strip(spec: ArgSpec) -> ArgSpec:
-        return replace(spec, mean=None) if isinstance(spec, TensorSpec) else spec
+        return replace(spec, mean=None, std=None) if isinstance(spec, TensorSpec) else spec
 
     return replace(
         signature,
@@ -374,10 +394,15 @@ def test_run_records_every_signature(repo_run: CaptureResult) -> None:
         sig(SCALE, scalar(1.5), tests=("tests/check_slow.py::test_quick",)),
         sig(SCALE, scalar(2), tests=("tests/check_zz_fail.py::test_fails",)),
     ]
-    assert [without_means(s) for s in repo_run.signatures] == expected
+    assert [without_moments(s) for s in repo_run.signatures] == expected
     got_means = [means(s) for s in repo_run.signatures]
     want_means = [[1.5], [0.0], [2.5], [15.5], [1.0], [1.0], [2 / 3], [], [], []]
     assert got_means == [pytest.approx(m, abs=1e-6) for m in want_means]
+    # Constant tensors have no spread; the others all have one.
+    stds = [t.std for s in repo_run.signatures for t in s.tensors()]
+    assert all(x is not None and x >= 0 for x in stds)
+    assert [x == 0 for x in stds] == [t.min == t.max for s in repo_run.signatures
+                                      for t in s.tensors()]
     assert not repo_run.signatures[3].tensors()[0].contiguous
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -100,6 +101,23 @@ def test_make_args_reproduces_value_ranges() -> None:
     assert float(wide.detach().abs().max()) <= 1e300
     uint8 = kwargs["parts"][0]  # type: ignore[index]
     assert int(uint8.min()) >= 0 and int(uint8.max()) < 100
+
+
+def test_recorded_spread_gives_normal_values_within_the_range() -> None:
+    # A test's randn inputs: mean 0, std 1, extremes near +-4.5. Uniform over the
+    # extremes would have std 2.6 and grow a float32 reduction's rounding with it.
+    recorded = replace(spec((200_000,), lo=-4.5, hi=4.5), mean=0.0, std=1.0)
+    (x,), _ = make_args(call(recorded), seed=3, device="cpu")
+    assert isinstance(x, torch.Tensor)
+    assert abs(float(x.mean())) < 0.02 and abs(float(x.std()) - 1.0) < 0.02
+    assert float(x.min()) >= -4.5 and float(x.max()) <= 4.5
+    shifted = replace(spec((50_000,), "float16", lo=1.0, hi=3.0), mean=2.0, std=5.0)
+    (y,), _ = make_args(call(shifted), seed=3, device="cpu")
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float16
+    assert float(y.min()) == 1.0 and float(y.max()) == 3.0  # clipped to what was seen
+    flat = replace(spec((100,), lo=0.5, hi=0.5), mean=0.5, std=0.0)
+    (z,), _ = make_args(call(flat), seed=0, device="cpu")
+    assert isinstance(z, torch.Tensor) and set(z.tolist()) == {0.5}
 
 
 def test_integer_range_covers_both_ends() -> None:

@@ -146,7 +146,9 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
 def _require_baseline(task: KernelTask, base: Evaluation) -> None:
     if not base.ok:
         raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
-                         f"{base.reason}")
+                         f"{base.reason}. If that error is one the op may make, declare the "
+                         "tolerance in kfbot.yaml (tasks: tolerances), which candidates are "
+                         "then held to")
 
 
 def _search(task: KernelTask, settings: OptimizeSettings, run_dir: Path,

@@ -69,7 +69,7 @@ from kfbot.evaluate.signature import (
 if TYPE_CHECKING:
     import torch
 
-# Above this many elements the mean is skipped: it needs a float64 pass over the data.
+# Above this many elements the mean and spread are skipped: they need float64 passes.
 STATS_MAX_ELEMENTS = 1 << 26
 # Longer lists and deeper nesting are recorded as opaque "other" values.
 MAX_SEQUENCE_ITEMS = 1024
@@ -78,8 +78,9 @@ _CPP_EXTENSION = "torch.utils.cpp_extension"
 _LOADERS = ("load", "load_inline")
 
 AnyCallable = Callable[..., object]
-Stats = tuple[float | None, float | None, float | None, bool, bool]
-_NO_STATS: Stats = (None, None, None, False, False)
+# min, max, mean, std, has NaN, has Inf
+Stats = tuple[float | None, float | None, float | None, float | None, bool, bool]
+_NO_STATS: Stats = (None, None, None, None, False, False)
 
 
 @dataclass(frozen=True)
@@ -463,9 +464,9 @@ def describe_tensor(t: torch.Tensor) -> ArgSpec:
     if t.layout != torch.strided:
         return ScalarSpec("other", f"torch.Tensor({str(t.layout).removeprefix('torch.')})")
     try:
-        lo, hi, mean, has_nan, has_inf = value_stats(t)
+        lo, hi, mean, std, has_nan, has_inf = value_stats(t)
     except RuntimeError:  # a dtype without reductions (float8...): the layout still counts
-        lo, hi, mean, has_nan, has_inf = _NO_STATS
+        lo, hi, mean, std, has_nan, has_inf = _NO_STATS
     return TensorSpec(
         shape=tuple(t.shape),
         dtype=str(t.dtype).removeprefix("torch."),
@@ -479,11 +480,13 @@ def describe_tensor(t: torch.Tensor) -> ArgSpec:
         has_inf=has_inf,
         requires_grad=t.requires_grad,
         storage_offset=int(t.storage_offset()),
+        std=std,
     )
 
 
 def value_stats(t: torch.Tensor) -> Stats:
-    """min, max and mean of the finite values, and whether NaN or Inf are present."""
+    """min, max, mean and standard deviation of the finite values, and whether NaN or
+    Inf are present."""
     import torch
 
     if t.numel() == 0 or t.is_complex() or t.device.type == "meta" or _capturing(t):
@@ -497,12 +500,14 @@ def value_stats(t: torch.Tensor) -> Stats:
             if has_nan or has_inf:
                 x = x[torch.isfinite(x)]
                 if x.numel() == 0:
-                    return (None, None, None, has_nan, has_inf)
+                    return (None, None, None, None, has_nan, has_inf)
         lo, hi = torch.aminmax(x)
-        mean = None
+        mean = std = None
         if x.numel() <= STATS_MAX_ELEMENTS:
-            mean = float(x.mean(dtype=torch.float64))
-        return (float(lo), float(hi), mean, has_nan, has_inf)
+            wide = x.double()
+            mean = float(wide.mean())
+            std = float(wide.std(correction=0))
+        return (float(lo), float(hi), mean, std, has_nan, has_inf)
 
 
 def _capturing(t: torch.Tensor) -> bool:

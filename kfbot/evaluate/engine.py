@@ -32,7 +32,7 @@ from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import capture_signatures
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
-from kfbot.evaluate.signature import CallSignature, OpRef
+from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
@@ -191,7 +191,8 @@ class Engine:
             for f in files
             if (self.task.root / f).is_file()
         }
-        return content_hash(sources, {"kernel": self.task.kernel_id, "op": str(self.task.op)})
+        return content_hash(sources, {"kernel": self.task.kernel_id, "op": str(self.task.op),
+                                      "format": str(SIGNATURE_FORMAT)})
 
     # --- evaluation ------------------------------------------------------------------
 

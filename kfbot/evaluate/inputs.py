@@ -5,8 +5,12 @@
 - tensors get the recorded shape, dtype and strides (a non-contiguous layout is an
   `as_strided` view of a larger buffer, so transposes, slices and expanded dims come
   back as they were, storage offset included);
-- floating values are uniform over the recorded [min, max] when one was measured,
-  else standard normal; integers are uniform over the recorded range (else [0, 100));
+- floating values follow the recorded mean and standard deviation (normal, kept
+  within the recorded [min, max]) when those were measured, else are uniform over the
+  recorded [min, max], else standard normal: a test's `randn` inputs come back as
+  `randn`, not as a uniform spread over their extremes, whose larger magnitudes would
+  grow a float32 reduction's rounding past the tolerance the test chose; integers are
+  uniform over the recorded range (else [0, 100));
   bools are random; NaN and Inf are not reproduced;
 - scalars, dtypes and strings are the recorded values;
 - devices: tensors go to `device`, except that a signature which mixed an accelerator
@@ -167,6 +171,9 @@ def fill(
         work = torch.float64 if dtype == torch.float64 else torch.float32
         if spec.min is None or spec.max is None:
             return torch.randn(shape, generator=gen, device=device, dtype=work).to(dtype)
+        if spec.mean is not None and spec.std is not None:
+            x = torch.randn(shape, generator=gen, device=device, dtype=work)
+            return x.mul_(spec.std).add_(spec.mean).clamp_(spec.min, spec.max).to(dtype)
         r = torch.rand(shape, generator=gen, device=device, dtype=work)
         # r*hi + (1-r)*lo cannot overflow where lo + r*(hi-lo) can.
         return (r * spec.max + (1 - r) * spec.min).to(dtype)

@@ -45,12 +45,16 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+# What a capture records, as a number: bumped when that changes (2: the spread of
+# values), so captures cached under the old format are taken again.
+SIGNATURE_FORMAT = 2
+
 @dataclass(frozen=True)
 class TensorSpec:
     """One tensor argument: its layout and, where measured, the range of its values.
 
-    `min`/`max`/`mean` cover the finite values only (None when not measured or when
-    there are none); `has_nan`/`has_inf` say whether any others were present.
+    `min`/`max`/`mean`/`std` cover the finite values only (None when not measured or
+    when there are none); `has_nan`/`has_inf` say whether any others were present.
     """
 
     shape: tuple[int, ...]
@@ -65,6 +69,7 @@ class TensorSpec:
     has_inf: bool = False
     requires_grad: bool = False
     storage_offset: int = 0  # in elements; it decides the data pointer's alignment
+    std: float | None = None  # the population standard deviation
 
     @property
     def numel(self) -> int:
@@ -83,6 +88,7 @@ class TensorSpec:
             "min": self.min,
             "max": self.max,
             "mean": self.mean,
+            "std": self.std,
             "has_nan": self.has_nan,
             "has_inf": self.has_inf,
         }
@@ -103,6 +109,7 @@ class TensorSpec:
             has_inf=_bool(obj, "has_inf", False),
             requires_grad=_bool(obj, "requires_grad", False),
             storage_offset=_int(obj, "storage_offset", 0),
+            std=_opt_float(obj, "std"),
         )
 
 
@@ -468,6 +475,7 @@ def _merge_tensor(a: TensorSpec, b: TensorSpec, weights: tuple[int, int]) -> Ten
         min=_combine(a.min, b.min, min),
         max=_combine(a.max, b.max, max),
         mean=_weighted_mean(a.mean, b.mean, weights),
+        std=_pooled_std(a, b, weights),
         has_nan=a.has_nan or b.has_nan,
         has_inf=a.has_inf or b.has_inf,
     )
@@ -487,6 +495,17 @@ def _weighted_mean(a: float | None, b: float | None, weights: tuple[int, int]) -
         return a if b is None else b
     wa, wb = (max(w, 1) for w in weights)
     return (a * wa + b * wb) / (wa + wb)
+
+
+def _pooled_std(a: TensorSpec, b: TensorSpec, weights: tuple[int, int]) -> float | None:
+    """The standard deviation of both samples together, each weighted by its calls:
+    the mean of the second moments less the square of the pooled mean."""
+    if a.std is None or a.mean is None or b.std is None or b.mean is None:
+        return a.std if b.std is None or b.mean is None else b.std
+    wa, wb = (max(w, 1) for w in weights)
+    mean = (a.mean * wa + b.mean * wb) / (wa + wb)
+    second = ((a.std**2 + a.mean**2) * wa + (b.std**2 + b.mean**2) * wb) / (wa + wb)
+    return math.sqrt(max(0.0, second - mean**2))
 
 
 # --- strides ------------------------------------------------------------------------
