@@ -71,6 +71,7 @@ class StandInGpu:
         self.rng = random.Random(seed * 100 + gpu)
         self.evaluated: list[str] = []
         self.finished: list[tuple[float, str]] = []
+        self.prepared_in: list[str] = []  # the threads that prepared candidates
         self.closed = False
         self.lock = threading.Lock()
 
@@ -79,10 +80,15 @@ class StandInGpu:
             raise KfbotError("no CUDA GPU: device lost")
         return {"cuda": True, "gpu": self.gpu}
 
-    def build(self, candidate: Candidate) -> object:
-        return candidate.hash
+    def prepare(self, candidate: Candidate) -> object:
+        with self.lock:
+            self.prepared_in.append(threading.current_thread().name)
+        return ("prepared", candidate.hash)
 
-    def evaluate(self, candidate: Candidate, bench: bool = True) -> Evaluation:
+    def evaluate(self, candidate: Candidate, bench: bool = True, *, prepared: object = None
+                 ) -> Evaluation:
+        # The GPU's thread only runs what the pool made for this very candidate.
+        assert prepared == ("prepared", candidate.hash)
         time.sleep(self.rng.uniform(0.0, 0.004) if self.delay is None else self.delay)
         with self.lock:
             self.evaluated.append(candidate.hash)
@@ -102,7 +108,7 @@ class StandInGpu:
         order = list(candidates)
         self.rng.shuffle(order)  # builds finish in any order
         for c in order:
-            yield c, self.evaluate(c)
+            yield c, self.evaluate(c, prepared=self.prepare(c))
 
     def __exit__(self, *exc: object) -> None:
         self.closed = True
@@ -128,6 +134,10 @@ def test_results_come_back_in_the_order_given_and_every_gpu_works() -> None:
     finished = [h for _, h in sorted(a.finished + b.finished)]
     assert finished != [c.hash for c in BATCH]  # they finished out of order
     assert set(ex.ran[0]) == set(a.evaluated) and set(ex.ran[1]) == set(b.evaluated)
+    # Checks and builds ran in the pool, once per candidate, never on a GPU's thread.
+    threads = a.prepared_in + b.prepared_in
+    assert len(threads) == len(BATCH)
+    assert not any(name.startswith("kfbot-gpu-") for name in threads)
     ex.close()
     assert a.closed and b.closed
 

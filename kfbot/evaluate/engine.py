@@ -43,6 +43,15 @@ KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A candidate's work before the GPU: its static findings, and its build unless a
+    strict finding rejected it first."""
+
+    findings: tuple[Finding, ...]
+    built: BuildResult | None
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     cache_dir: Path
     gpu: int | None = None
@@ -66,6 +75,7 @@ class Engine:
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
         self._signatures: list[CallSignature] | None = None
+        self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
 
     def __enter__(self) -> Engine:
@@ -211,16 +221,28 @@ class Engine:
         found = {t.dtype for s in sigs for t in s.tensors()}
         return sorted(found | set(self.task.declared_dtypes))
 
+    def prepare(self, candidate: Candidate, built: BuildResult | None = None) -> Prepared:
+        """What a candidate needs before the GPU: its static findings, then its build
+        (or `built`, made already) unless a strict finding rejected it. CPU work, done
+        off the GPU's path by the executors."""
+        findings = tuple(self.static_check(candidate))
+        if strict(findings):
+            return Prepared(findings, None)
+        return Prepared(findings, built if built is not None else self.build(candidate))
+
     def evaluate(self, candidate: Candidate, bench: bool = True,
-                 built: BuildResult | None = None) -> Evaluation:
-        """Static checks, build (or `built`, made already), then verify and benchmark."""
+                 built: BuildResult | None = None, prepared: Prepared | None = None
+                 ) -> Evaluation:
+        """Static checks, build (or `built`, made already), then verify and benchmark;
+        with `prepared`, the first two were done already and are not repeated."""
         started = time.monotonic()
-        findings = self.static_check(candidate)
+        prepared = prepared or self.prepare(candidate, built)
+        findings = prepared.findings
         rejected = strict(findings)
-        if rejected:
+        if rejected or prepared.built is None:
             reason = "; ".join(f.line() for f in rejected)
-            return failed(candidate.hash, "static", reason, findings=tuple(findings))
-        built = built if built is not None else self.build(candidate)
+            return failed(candidate.hash, "static", reason, findings=findings)
+        built = prepared.built
         if not built.ok:
             reason = next(
                 (d.message for d in built.diagnostics if d.severity == "error"),
@@ -257,12 +279,12 @@ class Engine:
         """Build on every core at once; evaluate each on the GPU as soon as it is built."""
         workers = max(1, (os.cpu_count() or 2) // 2)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(self.build, c): c for c in candidates}
+            futures = {pool.submit(self.prepare, c): c for c in candidates}
             for future in as_completed(futures):
                 candidate = futures[future]
-                # The pool's build is handed over: planning it again costs a parse of
-                # every source, even when the cache holds the objects.
-                yield candidate, self.evaluate(candidate, bench, future.result())
+                # The pool's work is handed over: planning a build again costs a parse
+                # of every source, even when the cache holds the objects.
+                yield candidate, self.evaluate(candidate, bench, prepared=future.result())
 
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
@@ -278,8 +300,10 @@ class Engine:
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""
+        if self._original_kernels is None:  # a parse of every source: once per engine
+            self._original_kernels = kernel_names(units(self.task, {}))
         return {
-            "original": kernel_names(units(self.task, {})),
+            "original": self._original_kernels,
             "candidate": kernel_names(units(self.task, candidate.files)),
         }
 

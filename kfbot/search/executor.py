@@ -113,10 +113,11 @@ class GpuEngine(Protocol):
     def probe(self) -> Mapping[str, Any]:
         ...
 
-    def build(self, candidate: Candidate) -> object:
+    def prepare(self, candidate: Candidate) -> Any:
         ...
 
-    def evaluate(self, candidate: Candidate, bench: bool = True) -> Evaluation:
+    def evaluate(self, candidate: Candidate, bench: bool = True, *, prepared: Any = None
+                 ) -> Evaluation:
         ...
 
     def __exit__(self, *exc: object) -> None:
@@ -131,6 +132,7 @@ _GPU_FAULT_KINDS = frozenset({"startup"})
 class _Job:
     index: int
     candidate: Candidate
+    prepared: Any = None  # its static checks and build, made in the pool
     tried: set[int] = field(default_factory=set)
     suspect: tuple[int, Evaluation] | None = None  # a runtime failure on that GPU
 
@@ -145,6 +147,10 @@ class _Ran:
 
 class LocalGpuExecutor:
     """One evaluation worker per local GPU; builds share every CPU core.
+
+    A candidate's static checks and build are made in a pool of threads and handed to
+    the GPU's thread, which then only runs it: the GPU does not wait on CPU work that
+    could have been done while it was busy.
 
     Each GPU has its own engine, so a candidate is always timed against the original
     in that GPU's worker session. A GPU whose worker cannot start or whose engine
@@ -167,7 +173,8 @@ class LocalGpuExecutor:
         self._note = note or _stderr
         self._probed: set[int] = set()
         self._why_out: dict[int, str] = {}
-        self._builder = next(iter(self.engines.values()))  # the engines share one builder
+        # Preparing is the same on every engine (they share one builder): any one does.
+        self._preparer = next(iter(self.engines.values()))
 
     def evaluate(self, candidates: Sequence[Candidate]) -> list[tuple[Candidate, Evaluation]]:
         if not candidates:
@@ -194,7 +201,7 @@ class LocalGpuExecutor:
                   events: queue.Queue[_Ran | Future[object]],
                   inboxes: Mapping[int, queue.Queue[_Job | None]],
                   pool: ThreadPoolExecutor) -> None:
-        builds = {pool.submit(self._builder.build, j.candidate): j for j in jobs}
+        builds = {pool.submit(self._preparer.prepare, j.candidate): j for j in jobs}
         for future in builds:
             future.add_done_callback(events.put)
         ready: list[_Job] = []
@@ -203,8 +210,9 @@ class LocalGpuExecutor:
             self._assign(ready, busy, done, inboxes)
             event = events.get()
             if isinstance(event, Future):
-                event.result()  # a builder that raised is a bug: let it surface
-                ready.append(builds[event])
+                job = builds[event]
+                job.prepared = event.result()  # one that raised is a bug: let it surface
+                ready.append(job)
                 continue
             busy.discard(event.gpu)
             self._settle(event, ready, done)
@@ -273,7 +281,8 @@ class LocalGpuExecutor:
                 if gpu not in self._probed:
                     engine.probe()
                     self._probed.add(gpu)
-                events.put(_Ran(gpu, job, engine.evaluate(job.candidate)))
+                evaluation = engine.evaluate(job.candidate, prepared=job.prepared)
+                events.put(_Ran(gpu, job, evaluation))
             except Exception as exc:  # whatever the engine raised, its GPU is unusable
                 events.put(_Ran(gpu, job, None, str(exc) or type(exc).__name__))
 

@@ -45,9 +45,9 @@ from typing import Any, Protocol
 
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.build import Builder, BuildRequest
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.engine import Engine, EngineSettings
+from kfbot.evaluate.engine import Engine, EngineSettings, Prepared
 from kfbot.evaluate.evaluation import Evaluation, failed
 from kfbot.evaluate.task import KernelTask
 
@@ -248,19 +248,22 @@ class EvalActor:
         with self._gpu:
             engine = self.evaluator
             if built is not None and isinstance(engine, Engine):
-                return [engine.evaluate(c, True, b) for c, b in zip(candidates, built, strict=True)]
+                return [engine.evaluate(c, True, prepared=p)
+                        for c, p in zip(candidates, built, strict=True)]
             done = {cand.hash: ev for cand, ev in engine.evaluate_many(candidates)}
         return [done[cand.hash] for cand in candidates]
 
-    def _build_ahead(self, candidates: Sequence[Candidate]) -> list[BuildResult] | None:
-        """Builds the chunk while the other chunk in flight holds the GPU, so the GPU
-        does not idle through this one's builds; the builds are evaluated as they are.
-        None where the evaluator is not an engine or the builds could not be made."""
+    def _build_ahead(self, candidates: Sequence[Candidate]) -> list[Prepared] | None:
+        """Checks and builds the chunk while the other chunk in flight holds the GPU,
+        so the GPU does not idle through this one's CPU work; what is made here is
+        evaluated as it is. None where the evaluator is not an engine or the builds
+        could not be made."""
         engine = self.evaluator
         if not isinstance(engine, Engine):
             return None
         try:
-            return list(engine.builder.build_many([engine.request(c) for c in candidates]))
+            built = engine.builder.build_many([engine.request(c) for c in candidates])
+            return [engine.prepare(c, b) for c, b in zip(candidates, built, strict=True)]
         except Exception:  # the evaluation builds again and reports what went wrong
             return None
 
