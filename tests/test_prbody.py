@@ -92,7 +92,7 @@ def test_the_body_reads_top_down_with_the_marker_on_line_two() -> None:
              "(https://github.com/octo/kernels/actions/runs/77)"]
     positions = [body.index(heading) for heading in order]
     assert positions == sorted(positions)
-    assert "| `(4096, 1024) float32` | 100.61 ± 0.41 | 52.96 ± 0.22 | 1.900x | 1.896–1.905 |" \
+    assert "| `(4096, 1024) float32` | 100.61 ± 0.41 | 52.96 ± 0.22 | 1.900x | 1.895–1.905 |" \
         in body
     assert "| ✓ faster | 5.00e-07 |" in body  # the worst reference error on that shape
     assert "- 6 of 6 checks passed on 2 inputs" in body and "output-poison 2" in body
