@@ -484,7 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     benches = pick(args.kernels, args.quick)
     budgets = QUICK_BUDGETS if args.quick else BUDGETS
-    console = Console()
+    # Wide whatever the terminal: the table has twelve columns, and a log or a batch
+    # job's 80 columns would cut every figure to an ellipsis.
+    console = Console(width=240)
     missing = gpu_missing()
     if missing:
         console.print(f"search_quality: needs a CUDA GPU: {missing}")
