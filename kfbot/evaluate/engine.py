@@ -231,12 +231,11 @@ class Engine:
         return Prepared(findings, built if built is not None else self.build(candidate))
 
     def evaluate(self, candidate: Candidate, bench: bool = True,
-                 built: BuildResult | None = None, prepared: Prepared | None = None
-                 ) -> Evaluation:
-        """Static checks, build (or `built`, made already), then verify and benchmark;
-        with `prepared`, the first two were done already and are not repeated."""
+                 prepared: Prepared | None = None) -> Evaluation:
+        """Static checks, build, then verify and benchmark; with `prepared`, the first
+        two were done already and are not repeated."""
         started = time.monotonic()
-        prepared = prepared or self.prepare(candidate, built)
+        prepared = prepared or self.prepare(candidate)
         findings = prepared.findings
         rejected = strict(findings)
         if rejected or prepared.built is None:

@@ -49,6 +49,7 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 # values), so captures cached under the old format are taken again.
 SIGNATURE_FORMAT = 2
 
+
 @dataclass(frozen=True)
 class TensorSpec:
     """One tensor argument: its layout and, where measured, the range of its values.
@@ -502,9 +503,9 @@ def _pooled_std(a: TensorSpec, b: TensorSpec, weights: tuple[int, int]) -> float
     the mean of the second moments less the square of the pooled mean."""
     if a.std is None or a.mean is None or b.std is None or b.mean is None:
         return a.std if b.std is None or b.mean is None else b.std
-    wa, wb = (max(w, 1) for w in weights)
-    mean = (a.mean * wa + b.mean * wb) / (wa + wb)
-    second = ((a.std**2 + a.mean**2) * wa + (b.std**2 + b.mean**2) * wb) / (wa + wb)
+    mean = _weighted_mean(a.mean, b.mean, weights)
+    second = _weighted_mean(a.std**2 + a.mean**2, b.std**2 + b.mean**2, weights)
+    assert mean is not None and second is not None  # both sides were measured
     return math.sqrt(max(0.0, second - mean**2))
 
 
