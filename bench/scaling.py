@@ -121,9 +121,29 @@ def timed(name: str, run: executors.Executor, candidates: Sequence[Candidate]) -
     ok = sum(ev.ok for _, ev in results)
     print(f"  {name}: {len(results)} evaluations in {seconds:.1f} s, {ok} correct; "
           f"{busy_line([ev for _, ev in results], seconds)}")
+    print(f"    {where_line([ev for _, ev in results])}")
     if ok < len(results):
         print(f"    failures: {_reasons(results)}")
     return Row(name, len(results), ok, seconds)
+
+
+def where_line(evaluations: Sequence[Evaluation]) -> str:
+    """Mean milliseconds per evaluation: the worker's phases, the worker's time outside
+    them plus the pipe, this process's payload and judging, and the rest (waiting for
+    the interpreter lock, thread hand-over): the parts that grow when GPUs are added."""
+    n = max(1, len(evaluations))
+    sums: dict[str, float] = {}
+    for ev in evaluations:
+        for phase, seconds in ev.phases.items():
+            sums[phase] = sums.get(phase, 0.0) + seconds
+    driver = {k: sums.pop(k, 0.0) for k in ("driver-payload", "driver-round-trip",
+                                             "driver-judge")}
+    worker = sum(sums.values())
+    total = sum(ev.eval_seconds for ev in evaluations)
+    parts = {**sums, "worker-unphased+pipe": driver["driver-round-trip"] - worker,
+             "payload": driver["driver-payload"], "judge": driver["driver-judge"],
+             "rest": total - sum(driver.values())}
+    return "ms each: " + ", ".join(f"{k} {1000 * v / n:.0f}" for k, v in parts.items())
 
 
 def busy_line(evaluations: Sequence[Evaluation], wall_s: float) -> str:

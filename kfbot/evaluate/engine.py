@@ -288,14 +288,22 @@ class Engine:
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
         original = self.original()
+        started = time.monotonic()
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
+        prepared_s = time.monotonic() - started
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
             return _runtime_failure(candidate.hash, job, resources)
-        return self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        judged = time.monotonic()
+        result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        # This process's share beside the worker's own phases: a GPU that waits on its
+        # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
+        return replace(result, phases={**result.phases, "driver-payload": prepared_s,
+                                       "driver-round-trip": job.duration_s,
+                                       "driver-judge": time.monotonic() - judged})
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""
