@@ -186,6 +186,7 @@ def on_ray(task: KernelTask, settings: EngineSettings, cands: Sequence[Candidate
     run = RayExecutor(task, settings, address, chunk=chunk)
     try:
         print(f"  Ray: {len(run.actors)} actors on {address}")
+        run.preflight()  # as `kfbot optimize` does: every actor starts its GPU worker
         return timed(f"Ray, {len(run.actors)} GPU actors", run, cands)
     finally:
         run.close()

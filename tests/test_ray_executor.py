@@ -73,6 +73,19 @@ class NoGpu(StandIn):
         raise KfbotError("no CUDA GPU: torch sees none", EXIT_MISSING_TOOL)
 
 
+class Probing(StandIn):
+    """Leaves a mark named after its process each time it probes its device."""
+
+    def __init__(self, task: KernelTask, settings: EngineSettings) -> None:
+        super().__init__(task, settings)
+        self.marks = settings.cache_dir / "probed"
+
+    def probe(self) -> dict[str, Any]:
+        self.marks.mkdir(parents=True, exist_ok=True)
+        (self.marks / str(os.getpid())).write_text("probed")
+        return super().probe()
+
+
 class Building(StandIn):
     """Builds each candidate for real, in a build cache of its own (the GPU node's),
     and says how many objects it compiled and how many it found there already."""
@@ -161,6 +174,20 @@ def test_the_preflight_runs_on_an_actor(cluster: Any, task: KernelTask, tmp_path
     assert facts.device["pid"] != os.getpid() and facts.device["gpu"] == "stand-in"
     assert facts.baseline.ok and facts.adequacy() is None
     assert facts.node in {n["NodeID"] for n in cluster_nodes()}
+
+
+def test_the_preflight_starts_every_actor(cluster: Any, task: KernelTask,
+                                         tmp_path: Path) -> None:
+    run = executor(task, tmp_path, factory=Probing)
+    try:
+        run.preflight()
+        probed = sorted(p.name for p in (tmp_path / "cache" / "probed").iterdir())
+        evaluated = run.evaluate(blocks(64, 128, 192, 256))  # chunks go to both actors
+        actors = len(run.actors)
+    finally:
+        run.close()
+    assert actors == 2 and len(probed) == 2
+    assert {ev.environment["pid"] for _, ev in evaluated} == {int(pid) for pid in probed}
 
 
 def test_a_preflight_failure_says_it_came_from_the_actor(cluster: Any, task: KernelTask,

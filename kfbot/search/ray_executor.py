@@ -284,6 +284,17 @@ class EvalActor:
         builder = getattr(self.evaluator, "builder", None)
         return builder.arch_list if isinstance(builder, Builder) else None
 
+    def warm(self) -> str:
+        """Starts the GPU worker and probes the device, as the first evaluation would:
+        "" when it is ready, else why not. Under the GPU lock, as the worker is one
+        process used by one call at a time."""
+        try:
+            with self._gpu:
+                self.evaluator.probe()
+        except KfbotError as exc:
+            return str(exc)
+        return ""
+
     def preflight(self) -> Preflight | tuple[str, int]:
         """The device, the original's baseline and the adequacy gate; or why not."""
         try:
@@ -396,10 +407,14 @@ class RayExecutor:
         return self.ray.get(first.arch.remote()) if first is not None else None
 
     def preflight(self) -> Preflight:
-        """The device, the original's baseline and the adequacy gate, from one actor."""
+        """The device, the original's baseline and the adequacy gate, from one actor;
+        meanwhile every other actor starts its GPU worker, so none pays its start-up
+        (seconds: torch, the CUDA context, the device probe) inside the search."""
         slot = self._idle[0] if self._idle else None
         if slot is None:
             raise KfbotError("no Ray actor is free for the preflight", EXIT_MISSING_TOOL)
+        others = [s for s in dict.fromkeys(self._idle) if s != slot]
+        warming = {self._actor(s).warm.remote(): s for s in others}
         try:
             answer = self.ray.get(self._actor(slot).preflight.remote())
         except self.lost as exc:
@@ -408,7 +423,24 @@ class RayExecutor:
         if isinstance(answer, tuple):
             message, code = answer
             raise KfbotError(f"on the Ray actor: {message}", int(code))
+        self._warmed(warming)
         return answer  # type: ignore[no-any-return]
+
+    def _warmed(self, warming: Mapping[Any, int]) -> None:
+        """Waits for the other actors' start; one that cannot use its GPU stops the run
+        before the search, as the preflight's own actor would, and one that is lost is
+        replaced, as during the search."""
+        running: dict[Any, tuple[int, int, Any]] = {}
+        for ref, slot in warming.items():
+            try:
+                why = self.ray.get(ref)
+            except self.lost as exc:
+                self._last_loss = _first_line(exc)
+                self._restart(slot, running)
+                continue
+            if why:
+                raise KfbotError(f"on the Ray actor in slot {slot}: {why}", EXIT_MISSING_TOOL)
+        self._warming.update({ref: (slot, actor) for ref, (slot, _, actor) in running.items()})
 
     def _collect(self, ref: Any, running: dict[Any, tuple[int, int, Any]],
                  batch: _Batch) -> None:
