@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
+from collections.abc import Sequence
 from statistics import NormalDist
 
 import pytest
@@ -197,3 +199,40 @@ def test_bootstrap_medians_follow_the_resampling_distribution(n: int) -> None:
     for x in sorted(data):
         gap = abs(sum(m <= x for m in fast) - sum(m <= x for m in slow)) / draws
         assert gap < 0.015, (x, gap)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_median_ranks_match_every_possible_resample(n: int) -> None:
+    # All n^n resamples, equally likely: which sorted positions their two middle
+    # elements come from must have exactly the probabilities of the table.
+    from kfbot.evaluate.stats import median_ranks
+
+    counts: dict[tuple[int, int], int] = {}
+    for draw in itertools.product(range(n), repeat=n):
+        ordered = sorted(draw)
+        pair = (ordered[(n - 1) // 2], ordered[n // 2])
+        counts[pair] = counts.get(pair, 0) + 1
+    pairs, cumulative = median_ranks(n)
+    table = dict(zip(pairs, _chances(cumulative), strict=True))
+    assert set(table) == set(counts)
+    for pair, count in counts.items():
+        assert table[pair] == pytest.approx(count / n**n, rel=1e-12, abs=1e-15), pair
+
+
+@pytest.mark.parametrize("n", [30, 31, 200, 201])
+def test_median_ranks_hold_all_but_a_negligible_mass(n: int) -> None:
+    from kfbot.evaluate.stats import median_ranks
+
+    pairs, cumulative = median_ranks(n)
+    assert cumulative[-1] == pytest.approx(1.0, abs=1e-13)
+    assert all(low <= high for low, high in pairs) and len(set(pairs)) == len(pairs)
+    chances = _chances(cumulative)
+    assert min(chances) > 0
+    # The likeliest median of a resample is the data's own middle.
+    likeliest = pairs[chances.index(max(chances))]
+    assert likeliest == ((n - 1) // 2, (n - 1) // 2 if n % 2 else n // 2)
+
+
+def _chances(cumulative: Sequence[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise((0.0, *cumulative))]
+
