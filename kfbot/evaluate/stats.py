@@ -155,7 +155,7 @@ def _at_least(n: int, k: int, j: int) -> int:
     each term from the one before by an exact division."""
     if j == 0 or j == n:
         return 0 if j == 0 else int(n**n)
-    term = math.comb(n, k) * j**k * (n - j) ** (n - k)
+    term: int = math.comb(n, k) * j**k * (n - j) ** (n - k)
     total = term
     for i in range(k, n):
         term = term * (n - i) * j // ((i + 1) * (n - j))
