@@ -138,11 +138,13 @@ def where_line(evaluations: Sequence[Evaluation]) -> str:
             sums[phase] = sums.get(phase, 0.0) + seconds
     driver = {k: sums.pop(k, 0.0) for k in ("driver-payload", "driver-round-trip",
                                              "driver-judge")}
+    # A Ray actor's chunk, before its GPU: checks and builds, then waiting for the GPU.
+    actor = {k: sums.pop(k) for k in ("actor-prepare", "actor-gpu-wait") if k in sums}
     worker = sum(sums.values())
     total = sum(ev.eval_seconds for ev in evaluations)
     parts = {**sums, "worker-unphased+pipe": driver["driver-round-trip"] - worker,
              "payload": driver["driver-payload"], "judge": driver["driver-judge"],
-             "rest": total - sum(driver.values())}
+             "rest": total - sum(driver.values()), **actor}
     return "ms each: " + ", ".join(f"{k} {1000 * v / n:.0f}" for k, v in parts.items())
 
 

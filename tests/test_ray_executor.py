@@ -187,6 +187,8 @@ def test_the_preflight_starts_every_actor(cluster: Any, task: KernelTask,
     finally:
         run.close()
     assert actors == 2 and len(probed) == 2
+    # Each says how long its chunk took to prepare and then waited for the GPU.
+    assert all({"actor-prepare", "actor-gpu-wait"} <= set(ev.phases) for _, ev in evaluated)
     assert {ev.environment["pid"] for _, ev in evaluated} == {int(pid) for pid in probed}
 
 

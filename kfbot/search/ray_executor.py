@@ -36,6 +36,7 @@ import os
 import tarfile
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -243,15 +244,24 @@ class EvalActor:
         """`builds`: at most one reference to a build task's packs for `candidates`
         (in a list, so Ray does not wait for it before calling: a lost build is
         built here instead)."""
+        started = time.monotonic()
         self._unpack(candidates, builds)
         built = self._build_ahead(candidates)
+        ready = time.monotonic()
         with self._gpu:
+            held = time.monotonic()
             engine = self.evaluator
             if built is not None and isinstance(engine, Engine):
-                return [engine.evaluate(c, True, prepared=p)
-                        for c, p in zip(candidates, built, strict=True)]
-            done = {cand.hash: ev for cand, ev in engine.evaluate_many(candidates)}
-        return [done[cand.hash] for cand in candidates]
+                out = [engine.evaluate(c, True, prepared=p)
+                       for c, p in zip(candidates, built, strict=True)]
+            else:
+                done = {cand.hash: ev for cand, ev in engine.evaluate_many(candidates)}
+                out = [done[cand.hash] for cand in candidates]
+        # The chunk's time before the GPU, shared out over its candidates: where an
+        # actor's GPU idles between chunks shows here (beside the engine's own phases).
+        share = {"actor-prepare": (ready - started) / len(out),
+                 "actor-gpu-wait": (held - ready) / len(out)}
+        return [replace(ev, phases={**ev.phases, **share}) for ev in out]
 
     def _build_ahead(self, candidates: Sequence[Candidate]) -> list[Prepared] | None:
         """Checks and builds the chunk while the other chunk in flight holds the GPU,
