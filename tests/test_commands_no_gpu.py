@@ -50,3 +50,27 @@ def test_unknown_kernel_for_verify(tmp_path: Path) -> None:
                     env={**os.environ, "KFBOT_CACHE": str(tmp_path)})
     assert result.returncode == 2
     assert "unknown kernel 'softmax_kernal'; close matches: softmax_kernel" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to make a Builder")
+def test_warming_an_engine_without_a_gpu_says_so_before_building(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    from kfbot.config import load_config
+    from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+    from kfbot.evaluate.engine import Engine, EngineSettings
+    from kfbot.evaluate.task import make_task
+    from kfbot.scan.scanner import scan
+    from kfbot.scan.select import select_kernel
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    config = load_config(None, EXAMPLE)
+    task = make_task(select_kernel(scan(EXAMPLE, config).kernels, "softmax_kernel"),
+                     EXAMPLE, config)
+    with Engine(task, EngineSettings(cache_dir=tmp_path)) as engine, \
+            pytest.raises(KfbotError, match="no CUDA GPU") as caught:
+        engine.warm()
+    assert caught.value.exit_code == EXIT_MISSING_TOOL
+    assert not any((tmp_path / "build" / "objects").iterdir())  # nothing was compiled

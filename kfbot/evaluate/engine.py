@@ -24,6 +24,7 @@ from typing import Any
 from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import physics_findings
+from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sources import kernel_names, static_input, units
 from kfbot.anticheat.static import static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
@@ -205,6 +206,16 @@ class Engine:
                                       "format": str(SIGNATURE_FORMAT)})
 
     # --- evaluation ------------------------------------------------------------------
+
+    def warm(self) -> None:
+        """What the first evaluation would pay besides its own work, paid now: the GPU
+        worker and the device probe, the original's build (planning it imports torch's
+        extension tooling here, seconds), its kernel names and the static rules. The
+        call signatures are left to the baseline, which may have to capture them."""
+        self.probe()
+        self.original()
+        self._kernels(ORIGINAL)
+        load_rules()
 
     def baseline(self) -> Evaluation:
         """The original against its reference: it must pass before anything is compared."""

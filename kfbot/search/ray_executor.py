@@ -295,12 +295,16 @@ class EvalActor:
         return builder.arch_list if isinstance(builder, Builder) else None
 
     def warm(self) -> str:
-        """Starts the GPU worker and probes the device, as the first evaluation would:
-        "" when it is ready, else why not. Under the GPU lock, as the worker is one
-        process used by one call at a time."""
+        """Starts the GPU worker and probes the device, as the first evaluation would,
+        and (an engine) readies its builds: "" when it is ready, else why not. Under
+        the GPU lock, as the worker is one process used by one call at a time."""
         try:
             with self._gpu:
-                self.evaluator.probe()
+                engine = self.evaluator
+                if isinstance(engine, Engine):
+                    engine.warm()
+                else:
+                    engine.probe()
         except KfbotError as exc:
             return str(exc)
         return ""
