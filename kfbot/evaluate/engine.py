@@ -214,7 +214,7 @@ class Engine:
         call signatures are left to the baseline, which may have to capture them."""
         self.probe()
         self.original()
-        self._kernels(ORIGINAL)
+        self._original_kernel_names()
         load_rules()
 
     def baseline(self) -> Evaluation:
@@ -303,7 +303,7 @@ class Engine:
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
-        prepared_s = time.monotonic() - started
+        payload_s = time.monotonic() - started
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
@@ -312,18 +312,21 @@ class Engine:
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
-        return replace(result, phases={**result.phases, "driver-payload": prepared_s,
+        return replace(result, phases={**result.phases, "driver-payload": payload_s,
                                        "driver-round-trip": job.duration_s,
                                        "driver-judge": time.monotonic() - judged})
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""
-        if self._original_kernels is None:  # a parse of every source: once per engine
-            self._original_kernels = kernel_names(units(self.task, {}))
         return {
-            "original": self._original_kernels,
+            "original": self._original_kernel_names(),
             "candidate": kernel_names(units(self.task, candidate.files)),
         }
+
+    def _original_kernel_names(self) -> list[str]:
+        if self._original_kernels is None:  # a parse of every source: once per engine
+            self._original_kernels = kernel_names(units(self.task, {}))
+        return self._original_kernels
 
     def _payload(
         self, original: BuildResult, candidate: BuildResult | None, bench: bool

@@ -85,11 +85,6 @@ def enough(samples: Sequence[float], target_rse: float = 0.01, min_n: int = 10,
     return summarize(samples).rse < target_rse
 
 
-def _median_of_sorted(data: list[float]) -> float:
-    middle = len(data) // 2
-    return data[middle] if len(data) % 2 else (data[middle - 1] + data[middle]) / 2
-
-
 def _bootstrap_medians(data: list[float], rng: random.Random, resamples: int) -> list[float]:
     """Medians of `resamples` same-size draws with replacement from `data`.
 
