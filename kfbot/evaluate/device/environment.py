@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import subprocess
 from typing import Any
@@ -10,6 +12,14 @@ import torch
 
 
 def describe() -> dict[str, Any]:
+    """The device's facts, for every result the worker sends back (a copy each time)."""
+    return dict(_described())
+
+
+@functools.cache
+def _described() -> dict[str, Any]:
+    # Read once per worker: a worker holds one GPU for life, and asking nvidia-smi
+    # costs tens of milliseconds, a tenth of a whole evaluation.
     props = torch.cuda.get_device_properties(0)
     return {
         "gpu": props.name,
@@ -24,14 +34,14 @@ def describe() -> dict[str, Any]:
 
 
 def _nvidia_smi() -> dict[str, str]:
-    """Driver version and the SM clock right now, when nvidia-smi is there."""
+    """Driver version and the highest SM clock, when nvidia-smi is there."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return {}
-    query = "--query-gpu=driver_version,clocks.sm,clocks.max.sm"
+    query = "--query-gpu=driver_version,clocks.max.sm"
     try:
         out = subprocess.run(
-            [exe, query, "--format=csv,noheader", "-i", "0"],
+            [exe, query, "--format=csv,noheader", "-i", _visible_gpu()],
             capture_output=True,
             text=True,
             timeout=10,
@@ -40,8 +50,15 @@ def _nvidia_smi() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {}
     parts = [p.strip() for p in out.strip().splitlines()[0].split(",")] if out.strip() else []
-    keys = ("driver", "sm_clock", "sm_clock_max")
+    keys = ("driver", "sm_clock_max")
     return dict(zip(keys, parts, strict=False))
+
+
+def _visible_gpu() -> str:
+    """nvidia-smi's name for this process's device 0: the first visible GPU (an index
+    or a UUID, both of which `-i` takes), since nvidia-smi ignores CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or "0"
 
 
 def measured_peaks() -> dict[str, float]:
