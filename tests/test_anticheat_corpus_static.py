@@ -50,3 +50,19 @@ def test_a_fast_math_flag_is_reported_but_left_to_the_tolerance_gate(tmp_path: P
     gelu = next(e for e in ENTRIES if e.fixture == "load_elementwise")
     flagged = Candidate(params={NVCC_FLAGS_PARAM: "--use_fast_math"})
     assert _findings(gelu, tmp_path, flagged) == [("fast-math", "warn")]
+
+
+def test_a_batch_builds_only_what_the_static_layer_let_through(tmp_path: Path) -> None:
+    """`prepare_many` (a Ray actor's build-ahead): the cheat is rejected before it is
+    staged or compiled, and the honest candidate beside it is built."""
+    by_name = {e.name: e for e in ENTRIES}
+    cheat, honest = by_name["cheat-side-stream"], by_name["honest-gelu-unrolled"]
+    assert cheat.fixture == honest.fixture and cheat.kernel == honest.kernel
+    engine = Engine(task_for(FIXTURES / cheat.fixture, cheat.kernel, cheat),
+                    EngineSettings(cache_dir=tmp_path))
+    rejected, built = engine.prepare_many([cheat.candidate(), honest.candidate()])
+    assert rejected.built is None
+    assert "concurrency" in {f.check for f in rejected.findings if f.severity == "strict"}
+    assert built.built is not None and built.built.stage in ("compile", "link", "done")
+    staged = [p for p in (tmp_path / "build" / "stage").iterdir() if p.is_dir()]
+    assert len(staged) == 1, staged  # the honest candidate's sources only

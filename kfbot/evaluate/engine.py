@@ -241,6 +241,17 @@ class Engine:
             return Prepared(findings, None)
         return Prepared(findings, built if built is not None else self.build(candidate))
 
+    def prepare_many(self, candidates: Sequence[Candidate]) -> list[Prepared]:
+        """`prepare` for a batch: every static check first, then one build, on every
+        core, of the candidates no strict finding rejected; a rejected one is never
+        compiled."""
+        findings = [tuple(self.static_check(c)) for c in candidates]
+        keep = [i for i, found in enumerate(findings) if not strict(found)]
+        built = self.builder.build_many([self.request(candidates[i]) for i in keep]) \
+            if keep else []
+        made = dict(zip(keep, built, strict=True))
+        return [Prepared(found, made.get(i)) for i, found in enumerate(findings)]
+
     def evaluate(self, candidate: Candidate, bench: bool = True,
                  prepared: Prepared | None = None) -> Evaluation:
         """Static checks, build, then verify and benchmark; with `prepared`, the first

@@ -272,8 +272,7 @@ class EvalActor:
         if not isinstance(engine, Engine):
             return None
         try:
-            built = engine.builder.build_many([engine.request(c) for c in candidates])
-            return [engine.prepare(c, b) for c, b in zip(candidates, built, strict=True)]
+            return engine.prepare_many(candidates)
         except Exception:  # the evaluation builds again and reports what went wrong
             return None
 
