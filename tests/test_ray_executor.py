@@ -35,6 +35,9 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.ray_executor import RayExecutor, pack_source, place_source, ray_module
 
+# A hang (an actor that never gets a GPU) fails the test instead of stalling the run.
+pytestmark = pytest.mark.timeout(300)
+
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
 KERNEL = "csrc/softmax.cu"
 
@@ -151,6 +154,26 @@ def cluster() -> Iterator[Any]:
         os.environ.pop("PYTHONPATH")
     else:
         os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(autouse=True)
+def _gpus_free(request: pytest.FixtureRequest) -> None:
+    """Each cluster test starts with every GPU free: a test's actors are killed as it
+    ends, but Ray hands their GPUs back a moment later, and an executor made before
+    then would wait for ever on an actor with no GPU to run on."""
+    if "cluster" not in request.fixturenames:
+        return
+    request.getfixturevalue("cluster")  # up first: asking an idle Ray would start one
+    ray = ray_module()
+    deadline = time.monotonic() + 60
+    while True:
+        total = ray.cluster_resources().get("GPU", 0)
+        free = ray.available_resources().get("GPU", 0)
+        if free >= total:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the cluster's GPUs stayed busy: {free:g} of {total:g} free")
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
