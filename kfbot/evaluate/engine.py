@@ -247,8 +247,7 @@ class Engine:
         compiled."""
         findings = [tuple(self.static_check(c)) for c in candidates]
         keep = [i for i, found in enumerate(findings) if not strict(found)]
-        built = self.builder.build_many([self.request(candidates[i]) for i in keep]) \
-            if keep else []
+        built = self.builder.build_many([self.request(candidates[i]) for i in keep])
         made = dict(zip(keep, built, strict=True))
         return [Prepared(found, made.get(i)) for i, found in enumerate(findings)]
 

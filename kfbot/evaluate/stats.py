@@ -149,7 +149,7 @@ def _at_least(n: int, k: int, j: int) -> int:
     the j smallest, as an exact integer: the sum over i >= k of C(n, i) j^i (n-j)^(n-i),
     each term from the one before by an exact division."""
     if j == 0 or j == n:
-        return 0 if j == 0 else int(n**n)
+        return 0 if j == 0 else n**n
     term: int = math.comb(n, k) * j**k * (n - j) ** (n - k)
     total = term
     for i in range(k, n):
