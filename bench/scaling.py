@@ -140,7 +140,7 @@ def where_line(evaluations: Sequence[Evaluation]) -> str:
                                              "driver-judge")}
     # A Ray actor's chunk, before its GPU: checks and builds, then waiting for the GPU.
     actor = {k: sums.pop(k) for k in ("actor-prepare", "actor-gpu-wait") if k in sums}
-    worker = sum(sums.values())
+    worker = sum(v for k, v in sums.items() if ":" not in k)  # "a:b" is part of a
     total = sum(ev.eval_seconds for ev in evaluations)
     parts = {**sums, "worker-unphased+pipe": driver["driver-round-trip"] - worker,
              "payload": driver["driver-payload"], "judge": driver["driver-judge"],

@@ -103,6 +103,8 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         with _phase(phases, "verify"):
             result["verify"] = _verify_candidate(candidate, original, references, checked,
                                                  ctx, payload, phases)
+        # Parts of the verify phase (a name with a colon is inside another phase).
+        phases.update({f"verify:{k}": v for k, v in ctx.spent.items()})
         if payload.get("bench") and all(r["passed"] for r in result["verify"]):
             result["bench"], result["probes"] = _bench(
                 original, candidate, signatures, seeds, payload["bench"], ctx, phases)

@@ -10,8 +10,10 @@ call, and outputs of different inputs must differ wherever the reference's do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -128,18 +130,33 @@ class Run:
     poison: int | None = None
 
 
-def run(fn: Op, inputs: InputSet, byte: int | None, *, watch: bool = True) -> Run:
+def run(fn: Op, inputs: InputSet, byte: int | None, *, watch: bool = True,
+        spent: dict[str, float] | None = None) -> Run:
     """Call `fn` on copies of the inputs, after poisoning the allocator with `byte`;
-    with `watch`, note which inputs the call changed."""
+    with `watch`, note which inputs the call changed. `spent` adds up the seconds the
+    poisoning and the watching took, which are the probes' share of a verification."""
+    spent = {} if spent is None else spent
     args, kwargs = clone(inputs.args), clone(inputs.kwargs)
-    before = snapshot([args, kwargs]) if watch else []
+    with _adding(spent, "watch"):
+        before = snapshot([args, kwargs]) if watch else []
     if byte is not None:
-        poison(byte, input_bytes(inputs))
+        with _adding(spent, "poison"):
+            poison(byte, input_bytes(inputs))
     called = _call(fn, args, kwargs)
     if called.error is not None:
         return replace(called, poison=byte)
-    changed = tuple(mutated(before, [args, kwargs])) if watch else ()
+    with _adding(spent, "watch"):
+        changed = tuple(mutated(before, [args, kwargs])) if watch else ()
     return Run(called.out, None, changed, byte)
+
+
+@contextlib.contextmanager
+def _adding(spent: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent[name] = spent.get(name, 0.0) + time.perf_counter() - started
 
 
 def _call(fn: Op, args: list[Any], kwargs: dict[str, Any]) -> Run:
@@ -256,6 +273,7 @@ class Context:
     probes: bool = True  # poisoning, mutation and constant-output checks
     original_mutates: bool | None = None  # None until seen
     first_outputs: dict[str, list[tuple[Any, Any, str]]] = field(default_factory=dict)
+    spent: dict[str, float] = field(default_factory=dict)  # seconds by part, see `run`
 
 
 def check_candidate(
@@ -264,21 +282,21 @@ def check_candidate(
     """candidate -> reference, original -> candidate on one input set."""
     if not ctx.probes:
         return _plain_check(fn, original, ref, inputs, ctx)
-    first = run(fn, inputs, POISON_NAN)
+    first = run(fn, inputs, POISON_NAN, spent=ctx.spent)
     expected: list[tuple[str, Any, Callable[[], Any] | None]] = []
     if ref is not None:
         expected.append(("reference", *_reference(ref, inputs)))
     if original is not None:
         # Whether the original changes its inputs is the op's nature, learnt on the
         # first input set: the snapshots it takes cost as much as the call.
-        base = run(original, inputs, None, watch=ctx.original_mutates is None)
+        base = run(original, inputs, None, watch=ctx.original_mutates is None, spent=ctx.spent)
         if base.error is None:
             if ctx.original_mutates is None:
                 ctx.original_mutates = bool(base.mutated)
             expected.append(("original", base.out, _as_reference(expected)))
     # The finite pattern catches what NaN hides (fmax, comparisons, a NaN test that
     # switches the cheat off).
-    second = run(fn, inputs, POISON_FINITE)
+    second = run(fn, inputs, POISON_FINITE, spent=ctx.spent)
     records = _mutation_records(inputs, (first, second),
                                 ctx.in_place or bool(ctx.original_mutates))
     judged = [(against, want, fallback,
@@ -363,12 +381,13 @@ def _plain_check(
     fn: Op, original: Op | None, ref: Op | None, inputs: InputSet, ctx: Context
 ) -> list[Record]:
     """One plain call against each expectation: verification without the probes."""
-    got = run(fn, inputs, None)
+    got = run(fn, inputs, None, spent=ctx.spent)
     expected: list[tuple[str, Any, Callable[[], Any] | None]] = []
     if ref is not None:
         expected.append(("reference", *_reference(ref, inputs)))
     if original is not None:
-        expected.append(("original", run(original, inputs, None).out, _as_reference(expected)))
+        expected.append(("original", run(original, inputs, None, spent=ctx.spent).out,
+                         _as_reference(expected)))
     return [judge(got, want, inputs, against, ctx, fallback, NOTES[against])
             for against, want, fallback in expected]
 
