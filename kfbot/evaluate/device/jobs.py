@@ -324,15 +324,23 @@ def _timed_check(ctx: Context) -> Check:
     """Each timed trial's candidate output against the original's from the same trial:
     queued on the GPU and read after the last trial (see `interleaved`). The first
     trial of each argument set is checked in full and says whether the original's
-    outputs there are all finite; later trials on that set take the four-pass check."""
+    outputs there are all finite; a later trial whose outputs are bit for bit the
+    candidate's outputs of that first trial is as right as they are (one pass over the
+    output), any other takes the four-pass check against the original's."""
     finite: dict[int, bool] = {}
+    # Copies, in memory the candidate never saw, so nothing it does can change them.
+    first: dict[int, list[Any]] = {}
 
     def check(outputs: Mapping[str, Any], which: int) -> str | torch.Tensor | None:
+        got = tensors(outputs["candidate"])
+        if which in first and _bitwise_same(got, first[which]):
+            return None  # a failure of the first trial is still read from its flag
         flag = close_flag(outputs["candidate"], outputs["original"], ctx.overrides,
                           finite=finite.get(which, False))
         if flag is not False:
             if which not in finite:
                 finite[which] = _all_finite(tensors(outputs["original"]))
+                first[which] = [clone(t) for t in got]
             return flag if isinstance(flag, torch.Tensor) else None
         comps = compare_outputs(outputs["candidate"], outputs["original"], ctx.overrides,
                                 ctx.block)
@@ -340,6 +348,16 @@ def _timed_check(ctx: Context) -> Check:
         return None if bad is None else bad.description or "mismatch"
 
     return check
+
+
+def _bitwise_same(got: Sequence[Any], held: Sequence[Any]) -> bool:
+    """Whether every output holds the same bits as the held one (a NaN is never equal,
+    so an output holding one takes the tolerance check)."""
+    return len(got) == len(held) and all(
+        isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+        and torch.equal(a, b)
+        for a, b in zip(got, held, strict=True))
 
 
 def _all_finite(outputs: Sequence[torch.Tensor]) -> bool:
