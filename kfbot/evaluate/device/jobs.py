@@ -139,7 +139,8 @@ def _verify_candidate(
         return records
     if checked and all(r["passed"] for r in records):
         fresh = _fresh_inputs(checked[0], payload)
-        with _phase(phases, "repeat-calls"):
+        # Inside the caller's "verify" phase, so named as a part of it (not summed twice).
+        with _phase(phases, "verify:repeat-calls"):
             records += repeat_records(candidate, original, fresh, REPEAT_CALLS, ctx,
                                       references)
     return records
