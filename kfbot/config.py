@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from kfbot.errors import KfbotError
+from kfbot.paths import refuse_link
 
 # Looked for in this order; finding more than one is an error rather than a silent
 # pick, because editing the file that is ignored is a confusing way to lose an hour.
@@ -219,6 +220,8 @@ def load_config(path: Path | None, root: Path) -> Config:
         if path is None:
             return Config()
     shown = _shown_path(path, root)
+    # A link could point at a credentials file, whose text a parse error would quote.
+    refuse_link(path, "config file", shown)
     node = _compose(_read(path, shown), shown)
     if node is None or node.tag == _NULL:
         return Config(path=shown)

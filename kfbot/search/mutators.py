@@ -22,6 +22,7 @@ from kfbot.search.archive import Individual
 from kfbot.search.llm import META_HINTS, LlmMutator, PromptContext, mutate_meta_prompt
 from kfbot.search.params import Knob, apply_point, propose_points
 from kfbot.search.rewrites import Rewrite, propose_rewrites
+from kfbot.text import read_source
 
 ORDERS = (("params", "rules", "llm"), ("rules", "llm", "params"), ("llm", "params", "rules"))
 RECENT_FAILURES = 6
@@ -48,7 +49,7 @@ class Mutators:
         for rel in self.task.editable_files:
             path = self.task.root / rel
             if path.is_file():
-                out[rel] = path.read_text(errors="replace")
+                out[rel] = read_source(path, rel)  # byte-exact: what a branch commits
         return out
 
     def candidate(self, individual: Individual) -> Candidate:
