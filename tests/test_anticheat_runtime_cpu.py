@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfbot.anticheat.physics import MAX_SPEEDUP, physics_findings
+from kfbot.anticheat.physics import MAX_SPEEDUP, ShapeRate, physics_findings
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
 from kfbot.evaluate.stats import compare_times
 
@@ -98,20 +98,51 @@ def _timing(original_us: float, candidate_us: float, nbytes: int = 0) -> ShapeTi
     return ShapeTiming("(1024,) float32", speed, nbytes, nbytes / seconds if nbytes else None)
 
 
+def _rate(original_us: float, candidate_us: float, nbytes: int = 0,
+          flops: float | None = None) -> ShapeRate:
+    seconds = candidate_us / 1e6
+    return ShapeRate("(1024,) float32", original_us / candidate_us, nbytes,
+                     nbytes / seconds if nbytes else None, flops / seconds if flops else None)
+
+
+PEAKS = {"bandwidth_bytes_per_s": 3.0e12, "fp32_flop_per_s": 5.0e13}
+L2 = 50_000_000
+
+
 def test_physics_floor_flags_speedups_over_ten_times() -> None:
-    assert physics_findings([_timing(100.0, 20.0)], None) == []
-    flags = physics_findings([_timing(100.0, 100.0 / (MAX_SPEEDUP + 1))], None)
+    assert physics_findings([_rate(100.0, 20.0)], None) == []
+    flags = physics_findings([_rate(100.0, 100.0 / (MAX_SPEEDUP + 1))], None)
     assert [f.check for f in flags] == ["physics-floor"]
     assert flags[0].severity == "warn" and "review" in flags[0].reason
 
 
 def test_physics_floor_flags_bandwidth_above_the_measured_peak() -> None:
-    peaks = {"bandwidth_bytes_per_s": 3.0e12, "fp32_flop_per_s": 5.0e13}
-    honest = _timing(20.0, 10.0, nbytes=27_000_000)  # 2.7 TB/s: below the peak
-    assert physics_findings([honest], peaks) == []
-    impossible = _timing(20.0, 10.0, nbytes=40_000_000)  # 4 TB/s on a 3 TB/s device
-    flags = physics_findings([impossible], peaks)
-    assert len(flags) == 1 and "GB/s" in flags[0].reason
+    honest = _rate(20.0, 10.0, nbytes=27_000_000)  # 2.7 TB/s: below the peak
+    assert physics_findings([honest], PEAKS, L2) == []
+    above = _rate(20.0, 10.0, nbytes=40_000_000)  # 4 TB/s on a 3 TB/s device
+    flags = physics_findings([above], PEAKS, L2)
+    assert [(f.check, f.severity) for f in flags] == [("physics-floor", "warn")]
+    assert "4000 GB/s, above the measured 3000 GB/s" in flags[0].reason
+
+
+def test_rates_no_cache_can_explain_are_rejected_with_the_numbers() -> None:
+    # 200 MB (4x the L2) in 20 µs is 10 TB/s on a 3 TB/s device: half of it at least
+    # must cross memory, at 5 TB/s. Rejected, not sent for review.
+    impossible = _rate(2000.0, 20.0, nbytes=200_000_000)
+    found = physics_findings([impossible], PEAKS, L2)
+    strict = [f for f in found if f.severity == "strict"]
+    assert [f.check for f in strict] == ["physics-peak"]
+    assert "10000 GB/s" in strict[0].reason and "4.0x the L2" in strict[0].reason
+    assert strict[0].evidence == "(1024,) float32"
+    # The same rate over bytes the L2 can hold is only implausible: reviewed, not rejected.
+    cached = _rate(100.0, 2.0, nbytes=20_000_000)
+    assert {f.severity for f in physics_findings([cached], PEAKS, L2)} == {"warn"}
+    # Without the L2's size nothing is rejected on bandwidth alone.
+    assert {f.severity for f in physics_findings([impossible], PEAKS)} == {"warn"}
+    flops = physics_findings([_rate(100.0, 50.0, flops=6e9)], PEAKS, L2)  # 120 TFLOP/s
+    assert [(f.check, f.severity) for f in flops] == [("physics-peak", "strict")]
+    near = physics_findings([_rate(100.0, 50.0, flops=3e9)], PEAKS, L2)  # 60 TFLOP/s
+    assert [(f.check, f.severity) for f in near] == [("physics-floor", "warn")]
 
 
 def test_a_failed_runtime_check_is_a_strict_finding_with_its_evidence() -> None:
@@ -129,13 +160,13 @@ def test_a_failed_runtime_check_is_a_strict_finding_with_its_evidence() -> None:
         "correctness"
 
 
-def test_flagged_evaluations_are_never_publishable() -> None:
+def test_flagged_evaluations_are_publishable_after_review() -> None:
     fast = _timing(100.0, 50.0)
     ok = Evaluation("h", "done", True, "correct", timings=(fast,))
     assert ok.verdict == "faster" and ok.publishable and not ok.needs_review
     flagged = Evaluation("h", "done", True, "correct", timings=(fast,),
-                         findings=tuple(physics_findings([_timing(100.0, 5.0)], None)))
-    assert flagged.ok and flagged.needs_review and not flagged.publishable
+                         findings=tuple(physics_findings([_rate(100.0, 5.0)], None)))
+    assert flagged.ok and flagged.needs_review and flagged.publishable
 
 
 def test_deferred_timed_checks_name_the_first_failing_trial() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
-from kfbot.anticheat.physics import physics_findings
+from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sources import kernel_names, static_input, units
 from kfbot.anticheat.static import static_findings
@@ -31,7 +31,14 @@ from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import capture_signatures
-from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
+from kfbot.evaluate.evaluation import (
+    Check,
+    Evaluation,
+    ShapeTiming,
+    Stage,
+    failed,
+    shape_timings,
+)
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
 from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
 from kfbot.evaluate.task import KernelTask
@@ -391,6 +398,12 @@ class Engine:
         if bad is not None:
             return replace(self._rejected(digest, bad, baseline, resources, checks, env,
                                           timings), phases=phases)
+        physics = self._physics(timings)
+        impossible = strict(physics)
+        if impossible:
+            return failed(digest, "anticheat", impossible[0].line(), resources, checks=checks,
+                          environment=env, timings=timings, findings=tuple(physics),
+                          phases=phases)
         return Evaluation(
             phases=phases,
             candidate=digest,
@@ -401,8 +414,14 @@ class Engine:
             checks=checks,
             timings=timings,
             environment=env,
-            findings=tuple(physics_findings(timings, self.device.get("peaks"))),
+            findings=tuple(physics),
         )
+
+    def _physics(self, timings: Sequence[ShapeTiming]) -> list[Finding]:
+        rates = [ShapeRate(t.input, t.speedup.ratio, t.bytes, t.bandwidth, t.flop_rate)
+                 for t in timings]
+        return physics_findings(rates, self.device.get("peaks"),
+                                int(self.device.get("l2_bytes") or 0))
 
     @staticmethod
     def _rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],

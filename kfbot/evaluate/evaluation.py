@@ -98,12 +98,15 @@ class Evaluation:
 
     @property
     def needs_review(self) -> bool:
-        """A physics-floor flag: a person must look before this is published."""
-        return any(f.layer == "physics" for f in self.findings)
+        """A physics-floor flag: published only as a draft that asks a person to look
+        (or not at all, with `github.review_gate: block`)."""
+        return any(f.layer == "physics" and f.severity == "warn" for f in self.findings)
 
     @property
     def publishable(self) -> bool:
-        return self.ok and self.verdict == "faster" and not self.needs_review
+        """Correct and significantly faster: a candidate a branch may hold. Whether it
+        needs a person's review first is `needs_review`; the review gate decides."""
+        return self.ok and self.verdict == "faster"
 
     @property
     def speedup(self) -> float | None:
