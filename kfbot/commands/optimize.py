@@ -124,25 +124,44 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
             executor = _executor(task, engine, gpus)
             with contextlib.closing(executor):
                 outcome = search(engine, executor)
-    best = outcome.best
     console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
-    if best is None:
-        console.print("no correct candidate beat the original", highlight=False)
-        return EXIT_FAILURE
-    console.print(f"best: {best.speedup or 0:.3f}x ({best.verdict}); run folder {run_dir}",
-                  highlight=False)
-    for what, path in outcome.files.items():
-        console.print(f"  {what}: {path}", highlight=False)
-    code = EXIT_OK if best.publishable else EXIT_FAILURE
-    if args.publish or args.publish_dry_run:
-        from kfbot.github.publish import publish_after_run  # PyGithub only when publishing
-
-        published = publish_after_run(task, outcome, settings.islands, args)
-        console.print(published.message, highlight=False, markup=False, soft_wrap=True)
-        for warning in published.warnings:
-            console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
-        code = max(code, EXIT_FAILURE if published.operation == "skipped" else EXIT_OK)
+    code = _result(outcome, run_dir, console)
+    if code == EXIT_OK and (args.publish or args.publish_dry_run):
+        code = _publish(task, outcome, settings, args, gpus, console)
     return code
+
+
+def _result(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
+    """The committed candidate's numbers, the same as the report's headline."""
+    say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
+    found = outcome.needs_parameters
+    if found is not None:
+        say(f"faster with build parameters: candidate {found.candidate.short}, "
+            f"{found.evaluation.speedup or 0:.3f}x; not committed (the report says how to "
+            "carry the parameters into the build)")
+    if outcome.committed is None:
+        say("no candidate that changes files only was correct and significantly faster; "
+            f"nothing committed; run folder {run_dir}")
+        return EXIT_FAILURE
+    ev, cand = outcome.committed
+    review = "; needs review (physics floor)" if ev.needs_review else ""
+    say(f"best: {ev.speedup or 0:.3f}x ({ev.verdict}), candidate {cand.short}{review}; "
+        f"run folder {run_dir}")
+    for what, path in outcome.files.items():
+        say(f"  {what}: {path}")
+    return EXIT_OK
+
+
+def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSettings,
+             args: argparse.Namespace, gpus: list[int], console: Console) -> int:
+    from kfbot.github.publish import publish_after_run  # PyGithub only when publishing
+
+    say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
+    published = publish_after_run(task, outcome, settings.islands, args)
+    say(published.message)
+    for warning in published.warnings:
+        say(f"warning: {warning}")
+    return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
 
 
 def _require_baseline(task: KernelTask, base: Evaluation) -> None:

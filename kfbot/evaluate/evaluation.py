@@ -78,6 +78,9 @@ class ShapeTiming:
     bandwidth: float | None = None  # candidate bytes/s
     flop_rate: float | None = None  # candidate FLOP/s, when the task declares its FLOPs
     bound: str = ""  # memory-bound, compute-bound, latency-bound, under-utilised
+    # The call signature the shape was timed with (CallSignature JSON): what a
+    # reproduction makes its inputs from.
+    signature: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ def shape_timings(
                 bandwidth=bandwidth,
                 flop_rate=rate,
                 bound=_bound(bandwidth, rate, seconds, peaks),
+                signature=rec.get("signature"),
             )
         )
     return tuple(out)

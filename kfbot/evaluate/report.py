@@ -116,6 +116,7 @@ def _timing_json(t: ShapeTiming) -> dict[str, Any]:
         "bandwidth_bytes_per_s": t.bandwidth,
         "flop_per_s": t.flop_rate,
         "bound": t.bound,
+        "signature": dict(t.signature) if t.signature else None,
     }
 
 

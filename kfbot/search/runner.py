@@ -5,11 +5,14 @@
 
 The search runs the islands through an executor (by default the engine alone: builds
 in parallel, GPU work in one worker; or one worker per GPU); every evaluation is
-logged under the run folder so `--resume` continues a killed run. At the end the
-best candidate's patch, a Markdown and JSON report and the progress charts are
-written there, lessons go to the experience file, and a winner
-that is correct, cheat-free, significantly faster and not flagged for review is
-committed to a new local branch through a git worktree.
+logged under the run folder so `--resume` continues a killed run. At the end one
+candidate is committed: the fastest that is correct, cheat-free, significantly faster
+and changes files only. Its hash heads the Markdown and JSON reports, its numbers are
+their headline and table, `best.patch` holds its files, its lesson goes to the
+experience file and it becomes a new local branch (through a git worktree). A faster
+candidate that needs build parameters gets a section of its own, with its numbers and
+the build edit that would carry them. `report.json` also records what `kfbot
+reproduce` needs (see `runfolder`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, knobs, space_size
 from kfbot.search.report import (
+    Series,
     best_so_far,
     history_table,
     mermaid_chart,
@@ -58,7 +62,8 @@ from kfbot.search.report import (
     unified_patch,
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
-from kfbot.search.winner import committable, params_note
+from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
+from kfbot.search.winner import NeedsParameters, committable, needs_parameters
 from kfbot.text import read_source
 
 
@@ -116,8 +121,11 @@ class OptimizeOutcome:
     spent: dict[str, float]
     files: dict[str, Path] = field(default_factory=dict)
     adequacy: Adequacy | None = None  # whether the repository's test can be trusted alone
-    # The fastest publishable candidate that changes files only: what a branch can hold.
+    # The fastest publishable candidate that changes files only: what a branch can hold,
+    # and the one candidate every reported number belongs to.
     committed: tuple[Evaluation, Candidate] | None = None
+    # A faster candidate whose speed needs build parameters: a suggestion, never committed.
+    needs_parameters: NeedsParameters | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -172,9 +180,11 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
+    committed = committable(evaluations, mut.candidates)
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
-                              adequacy=engine.adequacy(),
-                              committed=committable(evaluations, mut.candidates))
+                              adequacy=engine.adequacy(), committed=committed,
+                              needs_parameters=needs_parameters(task, evaluations,
+                                                                mut.candidates, committed))
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
 
@@ -225,40 +235,94 @@ def through(executor: Executor, outcome: Callable[[Candidate, Evaluation], Outco
 
 def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
                   settings: OptimizeSettings) -> dict[str, Path]:
-    """The run folder's report, patch and charts; lessons; the winner's branch."""
-    result, ev, cand = outcome.result, outcome.best, outcome.best_candidate
+    """The run folder's report, patch and charts; lessons; the committed branch."""
     run_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    series = best_so_far(result.history, settings.islands)
+    series = best_so_far(outcome.result.history, settings.islands)
     if png_chart(series, run_dir / "progress.png", f"{task.kernel_name}: best speedup"):
         files["chart"] = run_dir / "progress.png"
-    lines = [f"# kfbot optimize: {task.kernel_id}", "",
-             f"Stopped: {result.stopped}. Spent: {outcome.spent}.", ""]
-    if ev is not None and cand is not None:
-        lines += [evaluation_markdown(task.kernel_name, ev), "## Patch", "", "```diff",
-                  _patch(task, cand), "```", ""]
-        (run_dir / "best.patch").write_text(_patch(task, cand))
-        files["patch"] = run_dir / "best.patch"
-    if outcome.adequacy is not None:
-        lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
-                  outcome.adequacy.markdown(), ""]
-    note = params_note(cand, outcome.committed[1] if outcome.committed else None)
-    if note is not None:
-        lines += ["## What the branch holds", "", note, ""]
-    lines += ["## Progress", "", mermaid_chart(series), "## Search history", "",
-              history_table(result.history)]
-    (run_dir / "report.md").write_text("\n".join(lines))
-    (run_dir / "report.json").write_text(json.dumps({
-        "kernel": task.kernel_id, "stopped": result.stopped, "spent": outcome.spent,
-        "best": evaluation_json(task.kernel_name, ev) if ev else None,
-        "history": [i.to_json() for i in result.history],
-        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }, indent=1))
+    patch = _patch(task, outcome.committed[1]) if outcome.committed else None
+    if patch is not None:
+        (run_dir / PATCH).write_text(patch, encoding="utf-8")
+        files["patch"] = run_dir / PATCH
+    (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch),
+                                       encoding="utf-8")
+    (run_dir / REPORT).write_text(json.dumps(_record(task, outcome), indent=1),
+                                  encoding="utf-8")
     files["report"] = run_dir / "report.md"
     _lessons(task, outcome)
     if outcome.committed is not None:
         _branch(task, outcome.committed, run_dir, files)
     return files
+
+
+def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None) -> str:
+    """The report's first line of results: the committed candidate and its numbers."""
+    if committed is None:
+        return ("**Nothing committed: no candidate that changes files only was correct and "
+                "significantly faster than the original.**")
+    ev, cand = committed
+    review = " It needs a person's review (see the flags below)." if ev.needs_review else ""
+    return (f"**Committed candidate `{cand.short}`** ({cand.origin}: "
+            f"{cand.rationale or 'no rationale'}): every number below is of this candidate, "
+            f"and `{PATCH}` holds exactly its files.{review}")
+
+
+def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
+              patch: str | None) -> str:
+    lines = [f"# kfbot optimize: {task.kernel_id}", "",
+             f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
+             headline(task, outcome.committed), ""]
+    if outcome.committed is not None and patch is not None:
+        lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
+                  "```diff", patch, "```", ""]
+    lines += _parameters_section(task, outcome.needs_parameters)
+    if outcome.adequacy is not None:
+        lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
+                  outcome.adequacy.markdown(), ""]
+    lines += ["## Progress", "", "Every candidate the search evaluated, those that need build "
+              "parameters included.", "", mermaid_chart(series), "## Search history", "",
+              history_table(outcome.result.history)]
+    return "\n".join(lines)
+
+
+def _parameters_section(task: KernelTask, found: NeedsParameters | None) -> list[str]:
+    if found is None:
+        return []
+    names = ", ".join(f"{k}={v}" for k, v in sorted(found.candidate.params.items()))
+    return ["## Faster with build parameters (a suggestion, not committed)", "",
+            f"Candidate `{found.candidate.short}` ({found.candidate.origin}: "
+            f"{found.candidate.rationale or 'no rationale'}) was faster, but its speed needs "
+            f"build parameters ({names}) that a patch of the repository's files cannot "
+            "carry, so it is neither the headline nor on the branch. Its own numbers:", "",
+            evaluation_markdown(task.kernel_name, found.evaluation),
+            "To have it, change the repository's build:", "",
+            *[f"- {edit}" for edit in found.edits], ""]
+
+
+def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
+    """report.json: the committed candidate's numbers and what reproducing them needs."""
+    committed = outcome.committed
+    ev, cand = committed if committed else (None, None)
+    reads = [*task.editable_files, *task.build.sources, task.build.file]
+    found = outcome.needs_parameters
+    return {
+        "schema": SCHEMA, "kernel": task.kernel_id, "kernel_name": task.kernel_name,
+        "stopped": outcome.result.stopped, "spent": outcome.spent,
+        "base": base_of(task.root, [*reads, *(cand.files if cand else ())]).to_json(),
+        "candidate": cand.hash if cand else None,
+        "origin": cand.origin if cand else None,
+        "rationale": cand.rationale if cand else None,
+        "patch": PATCH if cand else None,
+        "best": evaluation_json(task.kernel_name, ev) if ev else None,
+        "needs_parameters": {
+            "candidate": found.candidate.hash, "params": dict(found.candidate.params),
+            "edits": list(found.edits),
+            "evaluation": evaluation_json(task.kernel_name, found.evaluation),
+        } if found else None,
+        "history": [i.to_json() for i in outcome.result.history],
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _branch(task: KernelTask, committed: tuple[Evaluation, Candidate], run_dir: Path,
@@ -270,12 +334,12 @@ def _branch(task: KernelTask, committed: tuple[Evaluation, Candidate], run_dir: 
     try:
         write_branch(task.root, dict(chosen.files), name,
                      f"kfbot: {task.kernel_name} {won.speedup or 0:.2f}x faster\n\n"
-                     f"{chosen.rationale}")
+                     f"{chosen.rationale}\n\nCandidate: {chosen.hash}")
     except KfbotError as exc:
         note = f"branch {name} was not written: {exc}"
         with (run_dir / "report.md").open("a", encoding="utf-8") as report:
             report.write(f"\n## Branch not written\n\n{note}\n")
-        print(f"kfbot: {note}; the report and best.patch in {run_dir} hold the result",
+        print(f"kfbot: {note}; the report and {PATCH} in {run_dir} hold the result",
               file=sys.stderr)
         return
     files["branch"] = Path(name)
@@ -288,15 +352,17 @@ def _patch(task: KernelTask, cand: Candidate) -> str:
 
 
 def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
-    """Append what the run learned: the best change, and the failures by kind."""
-    ev, cand = outcome.best, outcome.best_candidate
-    gpu = str((ev.environment if ev else {}).get("gpu", "unknown GPU"))
-    today = datetime.date.today().isoformat()
+    """Append what the run learned: the committed change, tagged with its hash."""
     found: list[Lesson] = []
-    if ev is not None and cand is not None and cand.origin in ("params", "rules", "llm"):
-        verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
-        found.append(Lesson(task.kernel_id, gpu, cand.rationale or "best candidate",
-                            cand.origin, verdict, ev.speedup or 1.0, None, ev.reason, today))
+    if outcome.committed is not None:
+        ev, cand = outcome.committed
+        if cand.origin in ("params", "rules", "llm"):
+            gpu = str(ev.environment.get("gpu", "unknown GPU"))
+            verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
+            found.append(Lesson(task.kernel_id, gpu, cand.rationale or "best candidate",
+                                cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
+                                datetime.date.today().isoformat(),
+                                (f"candidate-{cand.short}",)))
     append_lessons(task.root / ".kfbot" / "experience.md", found)
 
 

@@ -1,18 +1,47 @@
-"""Which candidate a run can commit: only file changes become a branch or a PR.
+"""Which candidate a run commits, and what a faster one that needs build parameters would
+take to carry into the repository.
 
-A candidate may also set build parameters (extra nvcc flags such as `--use_fast_math`)
-that live in kfbot's build, not in the repository's files; committing only its files
-would publish a different kernel than the one measured. So the candidate committed is
-the fastest publishable one that changes files only, and the report says when the
-overall best needed parameters.
+A candidate may also set build parameters (extra nvcc flags such as `--use_fast_math`,
+or `-D` values) that live in kfbot's build, not in the repository's files; committing
+only its files would publish a different kernel than the one measured. So the candidate
+committed is the fastest publishable one that changes files only, and every number a
+run reports is that candidate's. A faster candidate with parameters is shown apart,
+with its own numbers and the edit of the repository's build (the line of `setup.py`,
+the `load()` call or the declared build, and the flag) that would carry them: a
+suggestion for a person, never the headline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate, nvcc_flags
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.task import KernelTask
+from kfbot.scan.model import BuildRecipe
+from kfbot.text import read_source
+
+# Where each kind of build takes nvcc flags and defines.
+_NVCC_FLAGS_AT = {
+    "setup_py": "`extra_compile_args[\"nvcc\"]`",
+    "load": "`extra_cuda_cflags`",
+    "load_inline": "`extra_cuda_cflags`",
+}
+_DEFINES_AT = {
+    "setup_py": "`define_macros` (or `-D` in `extra_compile_args[\"nvcc\"]`)",
+    "load": "`extra_cuda_cflags` as `-D`",
+    "load_inline": "`extra_cuda_cflags` as `-D`",
+}
+
+
+@dataclass(frozen=True)
+class NeedsParameters:
+    """A candidate faster than the committed one whose speed needs build parameters."""
+
+    evaluation: Evaluation
+    candidate: Candidate
+    edits: tuple[str, ...]  # one line per parameter: where and what to change
 
 
 def committable(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Candidate]
@@ -28,12 +57,68 @@ def committable(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, 
     return best
 
 
-def params_note(best: Candidate | None, chosen: Candidate | None) -> str | None:
-    """A line for the report when the overall best could not be committed as it is."""
-    if best is None or not best.params or (chosen is not None and chosen.hash == best.hash):
+def needs_parameters(task: KernelTask, evaluations: Mapping[str, Evaluation],
+                     candidates: Mapping[str, Candidate],
+                     committed: tuple[Evaluation, Candidate] | None) -> NeedsParameters | None:
+    """The fastest publishable candidate with build parameters, when it beats the
+    committed one (or nothing was committed)."""
+    floor = (committed[0].speedup or 0.0) if committed else 0.0
+    best: tuple[Evaluation, Candidate] | None = None
+    for digest, ev in sorted(evaluations.items()):
+        cand = candidates.get(digest)
+        if cand is None or not cand.params or not ev.publishable or (ev.speedup or 0) <= floor:
+            continue
+        if best is None or (ev.speedup or 0.0) > (best[0].speedup or 0.0):
+            best = (ev, cand)
+    if best is None:
         return None
-    names = ", ".join(f"{k}={v}" for k, v in sorted(best.params.items()))
-    return (f"The fastest candidate also sets build parameters ({names}) that kfbot cannot "
-            f"write into the repository's files; "
-            + ("the branch holds the fastest file-only candidate instead."
-               if chosen is not None else "no file-only candidate was faster, so no branch."))
+    return NeedsParameters(best[0], best[1], tuple(build_edits(task, best[1].params)))
+
+
+def build_edits(task: KernelTask, params: Mapping[str, str]) -> list[str]:
+    """For each parameter, the line of the repository's build to change and how."""
+    recipe = task.build
+    where = _build_line(task, recipe)
+    out = []
+    flags = nvcc_flags(params)
+    if flags:
+        quoted = ", ".join(f'"{f}"' for f in flags)
+        out.append(f"add {quoted} to {_NVCC_FLAGS_AT[recipe.kind]} of {where}")
+    for name, value in sorted(params.items()):
+        if name != NVCC_FLAGS_PARAM:
+            out.append(_define_edit(task, name, value, where))
+    return out
+
+
+def _define_edit(task: KernelTask, name: str, value: str, where: str) -> str:
+    kinds = {t.kind: t for t in task.tunables if t.name == name}
+    flag = kinds.get("build_flag")
+    if flag is not None:  # the build sets it already: that value is what to change
+        return f"change `-D{name}={flag.value}` to `-D{name}={value}` in {where}"
+    line = f"set `-D{name}={value}` in {_DEFINES_AT[task.build.kind]} of {where}"
+    default = kinds.get("ifndef_default")
+    if default is not None:
+        line += (f", or make the default at `{default.file}:{default.line}` {value} "
+                 f"(now {default.value})")
+    return line
+
+
+def _build_line(task: KernelTask, recipe: BuildRecipe) -> str:
+    """`setup.py:12` with the line's text, or the declared build in the config."""
+    call = {"setup_py": "the CUDAExtension", "load": "the load() call",
+            "load_inline": "the load_inline() call"}[recipe.kind]
+    if recipe.origin == "declared":
+        return (f"the build declared at `{recipe.file}:{recipe.line}` (and wherever the "
+                "repository's own build passes nvcc flags)")
+    text = _line_text(task, recipe.file, recipe.line)
+    shown = f": `{text}`" if text else ""
+    return f"{call} at `{recipe.file}:{recipe.line}`{shown}"
+
+
+def _line_text(task: KernelTask, rel: str, line: int) -> str:
+    path = task.root / rel
+    if not path.is_file():
+        return ""
+    lines = read_source(path, rel).splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return text.replace("`", "'")[:120]

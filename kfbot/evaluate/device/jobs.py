@@ -306,6 +306,7 @@ def _bench(
         label = _shape_label(sig)
         out.append({
             "input": label,
+            "signature": sig.to_json(),
             "bytes": _bytes(original, arg_sets[0]),
             "flops": _flops(settings.get("flops"), arg_sets[0]),
             "original_us": timed.samples["original"],
