@@ -13,10 +13,11 @@ from kfbot.text import printable
 
 # Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
 # need not import the evaluation engine that `verify` and `bench` are built on.
-COMMANDS = ("scan", "verify", "bench", "optimize", "lessons", "check", "hook", "action")
+COMMANDS = ("scan", "verify", "bench", "optimize", "reproduce", "lessons", "check", "hook",
+            "action")
 # Commands that run untrusted code (candidates, the repository's tests and scripts) or
 # hold a token: they start with a clean environment (see kfbot.credentials).
-PROTECTED = frozenset({"verify", "bench", "optimize", "action"})
+PROTECTED = frozenset({"verify", "bench", "optimize", "reproduce", "action"})
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -19,12 +19,13 @@ from typing import Any
 
 from kfbot import git
 from kfbot.errors import EXIT_USAGE, KfbotError
-from kfbot.evaluate.reproduction import Request, Shape
+from kfbot.evaluate.reproduction import Reproduction, Request, Shape
 from kfbot.evaluate.signature import CallSignature
 
 SCHEMA = 2
 REPORT = "report.json"
 PATCH = "best.patch"
+REPRODUCTION = "reproduction.json"
 
 
 @dataclass(frozen=True)
@@ -125,3 +126,12 @@ def _shapes(best: Mapping[str, Any], path: Path) -> tuple[Shape, ...]:
                          EXIT_USAGE)
     return tuple(shapes)
 
+
+def reproduce_run(folder: Path, cache: Path, gpu: int | None = None) -> Reproduction:
+    """Reproduce the run in `folder` and keep the figures there (`reproduction.json`)."""
+    from kfbot.evaluate.reproduce import reproduce  # the engine only when reproducing
+
+    found = reproduce(read_record(folder).request, cache, gpu)
+    (folder / REPRODUCTION).write_text(json.dumps(found.to_json(), indent=1) + "\n",
+                                       encoding="utf-8")
+    return found

@@ -26,6 +26,7 @@ from kfbot.evaluate.device.probes import (
     launches,
     wall_clock_us,
 )
+from kfbot.evaluate.device.retime import RetimeSettings, measure
 from kfbot.evaluate.device.timing import Check, L2Flusher, TimingSettings, interleaved
 from kfbot.evaluate.device.verify import (
     Context,
@@ -36,6 +37,7 @@ from kfbot.evaluate.device.verify import (
     close_flag,
     compare_outputs,
     record,
+    reference_output,
     repeat_records,
     tensors,
     verify,
@@ -117,6 +119,53 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
                 result["verify"] += _launch_records(original, candidate, checked[0], kernels,
                                                     str(payload["original"]["artifact"]))
     return result
+
+
+def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The second timer on each shape: original against candidate, on fresh inputs,
+    after a check that the candidate's output is still right there."""
+    sys.path[:0] = [p for p in payload.get("sys_path", []) if p not in sys.path]
+    original = load_op(payload["original"], payload["op"])
+    candidate = load_op(payload["candidate"], payload["op"])
+    references = _references(payload.get("references", []))
+    overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
+    settings = RetimeSettings(**payload.get("retime", {}))
+    shapes = []
+    for entry in payload["shapes"]:
+        sig = CallSignature.from_json(entry["signature"])
+        arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
+        inputs = InputSet(entry["label"], *arg_sets[0])
+        wrong = _wrong(candidate, original, references(inputs), inputs, overrides)
+        if wrong:
+            shapes.append({"label": entry["label"], "error": wrong})
+            continue
+        samples = measure({"original": original, "candidate": candidate}, arg_sets, settings)
+        shapes.append({"label": entry["label"], "original_us": samples["original"],
+                       "candidate_us": samples["candidate"]})
+    return {"shapes": shapes, "environment": environment.describe()}
+
+
+def _wrong(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
+           overrides: Mapping[str, Tolerance]) -> str | None:
+    """Why the candidate's output is not within tolerance of the reference (in float64,
+    else in the inputs' precision), or of the original without a reference; None if it is."""
+    got = call(candidate, inputs)
+    expected = [call(original, inputs)]
+    if reference is not None:
+        wide, upcast = reference_output(reference, inputs)
+        expected = [wide, call(reference, inputs)] if upcast else [wide]
+    problem = "no output to compare"
+    for want in expected:
+        try:
+            comps = compare_outputs(got, want, overrides, None)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+        bad = next((c for c in comps if not c.passed), None)
+        if bad is None:
+            return None
+        problem = bad.description or f"max abs error {bad.max_abs_error:.3g}"
+    against = "reference" if reference is not None else "original"
+    return f"the output differs from the {against}'s: {problem}"
 
 
 @contextlib.contextmanager

@@ -1,0 +1,56 @@
+"""`kfbot reproduce RUN_DIR`: re-measure a run's reported speedup from its patch alone.
+
+The run folder's committed patch is applied to a clean copy of the commit the run
+started from, built the repository's way and timed against the original by a second
+timer in a fresh worker (see `kfbot.evaluate.reproduce`). Exit 0 when the reproduced
+speedup is at most 5% below the reported one, 1 when it is further below or the patch
+does not apply or build, 2 for a run folder that does not fit, 3 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from kfbot.commands.common import cache_dir
+from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.evaluate.reproduction import Reproduction
+from kfbot.search.runfolder import reproduce_run
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("reproduce", help="re-time a run's committed patch with a second timer")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                   help="the run folder, .kfbot/runs/<run id>/ of the repository")
+    p.add_argument("--gpu", type=int, default=None, help="GPU index (default: the first)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    found = reproduce_run(args.run_dir.resolve(), cache_dir(), args.gpu)
+    if args.json:
+        sys.stdout.write(json.dumps({"run": str(args.run_dir), **found.to_json()}, indent=1)
+                         + "\n")
+    else:
+        _table(found, Console())
+    return EXIT_OK if found.agrees else EXIT_FAILURE
+
+
+def _table(found: Reproduction, console: Console) -> None:
+    table = Table(title=f"candidate {found.candidate[:10]}: reported vs reproduced "
+                        "(speedup = original / candidate)")
+    for col in ("shape", "reported", "reproduced", "original µs", "candidate µs", "calls"):
+        table.add_column(col)
+    for s in found.shapes:
+        table.add_row(s.shape, f"{s.reported:.3f}x", f"{s.reproduced:.3f}x",
+                      f"{s.original_us:.2f}", f"{s.candidate_us:.2f}", str(s.samples))
+    console.print(table)
+    console.print(f"geometric mean: {found.summary()}", highlight=False, markup=False,
+                  soft_wrap=True)
+    console.print(f"timed with: {found.method}", highlight=False, markup=False, soft_wrap=True)
