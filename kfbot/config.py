@@ -187,6 +187,9 @@ class GithubConfig:
     min_permission: Literal["read", "triage", "write", "maintain", "admin"] = "write"
     allow_forks: bool = False  # obey commands on PRs from forks (then only with sha=...)
     min_speedup: Annotated[float, Check(_speedup_problem)] = 1.05  # publish only above this
+    # A physics-floor flag (over 10x, or above a measured peak): "draft" opens the pull
+    # request as a draft labelled REVIEW_LABEL with the flag first; "block" does not open it.
+    review_gate: Literal["draft", "block"] = "draft"
 
 
 @dataclass(frozen=True)

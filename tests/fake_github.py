@@ -697,6 +697,23 @@ def _edit_pull(req: _Request) -> tuple[int, Any]:
     return 200, req.render.pull(req.full_name, pr)
 
 
+@_route("POST", r"/graphql")
+def _graphql(req: _Request) -> tuple[int, Any]:
+    """The one mutation kfbot sends: turning an open pull request into a draft."""
+    query = req.body.get("query", "") if isinstance(req.body, dict) else ""
+    if "convertPullRequestToDraft" not in query:
+        return 200, {"errors": [{"message": "the fake answers convertPullRequestToDraft only"}]}
+    node = str(req.body.get("variables", {}).get("input", {}).get("pullRequestId", ""))
+    for pulls in req.server.pulls.values():
+        for pr in pulls.values():
+            if f"PR_{pr['id']}" == node:
+                pr["draft"] = True
+                pr["updated_at"] = _NOW
+                return 200, {"data": {"convertPullRequestToDraft": {
+                    "clientMutationId": None, "pullRequest": {"isDraft": True}}}}
+    return 200, {"errors": [{"message": f"no pull request with id {node}"}]}
+
+
 @_route("GET", _REPO + r"/pulls/(?P<number>\d+)/commits")
 def _pull_commits(req: _Request) -> tuple[int, Any]:
     full_name, pr = req.full_name, req.pull()

@@ -437,3 +437,13 @@ def test_github_section_loads_and_rejects_unknown_keys(tmp_path: Path) -> None:
     (tmp_path / "kfbot.yaml").write_text("github:\n  min_speedup: 0.5\n")
     with pytest.raises(KfbotError, match=r"at least 1\.0"):
         load_config(None, tmp_path)
+
+
+def test_review_gate_is_draft_or_block(tmp_path: Path) -> None:
+    assert load_config(None, tmp_path).github.review_gate == "draft"
+    (tmp_path / "kfbot.yaml").write_text("github:\n  review_gate: block\n")
+    assert load_config(None, tmp_path).github.review_gate == "block"
+    (tmp_path / "kfbot.yaml").write_text("github:\n  review_gate: maybe\n")
+    with pytest.raises(KfbotError, match=r"kfbot.yaml:2: github.review_gate") as raised:
+        load_config(None, tmp_path)
+    assert "draft" in str(raised.value) and "block" in str(raised.value)

@@ -15,15 +15,24 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kfbot.anticheat.findings import Finding
 from kfbot.config import Config, GithubConfig
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
+from kfbot.evaluate.reproduction import Reproduction, ShapeFigures
 from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import make_task
 from kfbot.github.api import GitHubError, Retry
 from kfbot.github.markers import find_pr_marker, pr_marker
-from kfbot.github.publish import PublishSettings, Winner, publish, publish_after_run, slug_of
+from kfbot.github.publish import (
+    REVIEW_LABEL,
+    PublishSettings,
+    Winner,
+    publish,
+    publish_after_run,
+    slug_of,
+)
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.archive import Individual
@@ -101,11 +110,22 @@ def repos(tmp_path: Path, fake_github: FakeGitHub) -> tuple[Path, Path]:
     return work, remote
 
 
+def _reproduction(ev: Evaluation, factor: float = 0.99) -> Reproduction:
+    """A second timer's figures for `ev`: each shape at `factor` times its speedup."""
+    shapes = tuple(ShapeFigures(t.input, t.speedup.ratio, t.speedup.ratio * factor,
+                                t.speedup.baseline.median,
+                                t.speedup.baseline.median / (t.speedup.ratio * factor), 40)
+                   for t in ev.timings)
+    return Reproduction(ev.candidate, shapes, "CUDA events, L2 flushed, ABBA order",
+                        {"gpu": "NVIDIA H100"})
+
+
 def _winner(work: Path, speedup: float = 1.84, text: str = FAST,
-            candidate: str = "c" * 64) -> Winner:
-    return Winner(work, KERNEL, "softmax_kernel", {"csrc/softmax.cu": text},
-                  _evaluation(speedup, candidate), "one warp per row with shuffle reductions",
-                  (replace(LESSON, speedup=speedup),))
+            candidate: str = "c" * 64, evaluation: Evaluation | None = None) -> Winner:
+    ev = evaluation or _evaluation(speedup, candidate)
+    return Winner(work, KERNEL, "softmax_kernel", {"csrc/softmax.cu": text}, ev,
+                  "one warp per row with shuffle reductions",
+                  (replace(LESSON, speedup=speedup),), reproduction=_reproduction(ev))
 
 
 def _settings(fake: FakeGitHub, sleeps: list[float] | None = None, **github: object
@@ -441,13 +461,13 @@ def test_optimize_publish_takes_the_runs_winner_and_lessons(
     cand = Candidate({"csrc/gelu_kernel.cu": fast}, origin="rules", rationale="bigger blocks")
     best = Individual(cand.hash, None, 0, Cell("global", "none", "thread-per-element", "256"),
                       1.6, "done", "correct", "rules", 1)
-    outcome = OptimizeOutcome(SearchResult(best, [], [best]), _evaluation(1.6, cand.hash), cand,
-                              {"evaluations": 1.0},
-                              committed=(_evaluation(1.6, cand.hash), cand))
+    ev = _evaluation(1.6, cand.hash)
+    outcome = OptimizeOutcome(SearchResult(best, [], [best]), ev, cand, {"evaluations": 1.0},
+                              committed=(ev, cand))
     args = argparse.Namespace(config=None, repo_slug=SLUG, remote="origin", draft=None,
                               publish_dry_run=None)
 
-    result = publish_after_run(task, outcome, 2, args)
+    result = publish_after_run(task, outcome, 2, args, _reproduction(ev))
 
     assert (result.operation, result.branch) == ("created", "kfbot/csrc-gelu_kernel.cu-gelu_kernel")
     head = _remote_head(remote, result.branch)
@@ -461,6 +481,82 @@ def test_optimize_publish_takes_the_runs_winner_and_lessons(
     # The winner needs a build parameter and nothing file-only was faster: not published.
     tuned = replace(outcome, best_candidate=replace(cand, params={"kBlockSize": "512"}),
                     committed=None)
-    skipped = publish_after_run(task, tuned, 2, args)
+    skipped = publish_after_run(task, tuned, 2, args, None)
     assert skipped.operation == "skipped"
     assert "build parameters: kBlockSize" in skipped.message
+
+
+def test_only_a_reproduced_winner_is_published(repos: tuple[Path, Path],
+                                               fake_github: FakeGitHub) -> None:
+    work, remote = repos
+    unreproduced = replace(_winner(work), reproduction=None)
+    assert publish(unreproduced, _settings(fake_github)).message == (
+        "not published: it was not reproduced (kfbot reproduce)")
+    ev = _evaluation(1.84)
+    short = replace(_winner(work), reproduction=_reproduction(ev, 0.94))
+    refused = publish(short, _settings(fake_github))
+    assert refused.operation == "skipped"
+    assert refused.message == ("not published: the reproduction measured 1.73x where the run "
+                               "reported 1.84x, more than 5% below")
+    other = replace(_winner(work), reproduction=_reproduction(_evaluation(1.84, "e" * 64)))
+    assert "the reproduction is of candidate eeeeeeeeee, the report of cccccccccc" in \
+        publish(other, _settings(fake_github)).message
+    assert fake_github.calls == [] and _remote_head(remote, BRANCH) is None
+
+    within = replace(_winner(work), reproduction=_reproduction(ev, 0.96))
+    assert publish(within, _settings(fake_github)).operation == "created"
+    body = fake_github.pulls[SLUG][1]["body"]
+    assert "## Reproduced" in body and body.index("## Benchmark") < body.index("## Reproduced")
+    head = _remote_head(remote, BRANCH) or ""
+    message = _git(remote, "log", "-1", "--format=%B", head)
+    assert f"Kfbot-Candidate: {'c' * 64}" in message  # the commit names the same candidate
+    assert "reproduced 1.77x against the reported 1.84x (-4.0%): agrees with the report" in body
+    assert "| `(4096, 1024) float32` | 1.840x | 1.766x |" in body
+    assert "Candidate `cccccccccc`" in body
+
+
+def _flagged(speedup: float = 14.0) -> Evaluation:
+    flag = Finding("physics-floor", "physics", "warn",
+                   f"{speedup:.1f}x faster than the original, over the 10x review threshold: "
+                   "a person must review it before it is merged", "(4096, 1024) float32")
+    return replace(_evaluation(speedup), findings=(flag,))
+
+
+def test_a_flagged_winner_opens_as_a_labelled_draft_with_the_flag_first(
+        repos: tuple[Path, Path], fake_github: FakeGitHub) -> None:
+    work, _ = repos
+    result = publish(_winner(work, evaluation=_flagged()), _settings(fake_github))
+    assert result.operation == "created"
+    pr = fake_github.pulls[SLUG][1]
+    assert pr["draft"] is True and pr["labels"] == ["kfbot", REVIEW_LABEL]
+    lines = pr["body"].splitlines()
+    assert lines[0].startswith("**Needs review:** kfbot's physics floor flagged this result")
+    assert find_pr_marker(lines[1], KERNEL) is not None
+    assert lines[3] == ("- 14.0x faster than the original, over the 10x review threshold: a "
+                        "person must review it before it is merged (`(4096, 1024) float32`)")
+    assert pr["body"].index("14.0x faster than the original") < pr["body"].index("## Benchmark")
+
+
+def test_an_open_pull_request_goes_back_to_draft_when_a_flagged_result_lands(
+        repos: tuple[Path, Path], fake_github: FakeGitHub) -> None:
+    work, _ = repos
+    publish(_winner(work), _settings(fake_github))
+    assert fake_github.pulls[SLUG][1]["draft"] is False
+    fake_github.clear_calls()
+    updated = publish(_winner(work, text=FASTER, evaluation=replace(
+        _flagged(), candidate="d" * 64)), _settings(fake_github))
+    assert updated.operation == "updated"
+    assert fake_github.pulls[SLUG][1]["draft"] is True
+    assert REVIEW_LABEL in fake_github.pulls[SLUG][1]["labels"]
+    assert "POST /graphql" in fake_github.endpoints()
+
+
+def test_review_gate_block_keeps_a_flagged_winner_unpublished(
+        repos: tuple[Path, Path], fake_github: FakeGitHub) -> None:
+    work, remote = repos
+    result = publish(_winner(work, evaluation=_flagged()),
+                     _settings(fake_github, review_gate="block"))
+    assert result.operation == "skipped"
+    assert result.message.startswith("not published: the physics floor flagged it for review "
+                                     "and github.review_gate is block: [physics-floor] 14.0x")
+    assert fake_github.calls == [] and _remote_head(remote, BRANCH) is None

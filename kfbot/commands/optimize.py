@@ -27,6 +27,7 @@ from kfbot.search.budget import Budget, Limits, parse_duration
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import NO_KEY_NOTICE, LlmMutator, LlmSettings
+from kfbot.search.runfolder import reproduce_run
 from kfbot.search.runner import (
     GpuFacts,
     OptimizeOutcome,
@@ -154,10 +155,18 @@ def _result(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
 
 def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSettings,
              args: argparse.Namespace, gpus: list[int], console: Console) -> int:
+    """Reproduce the committed candidate from its patch, then publish it (or say why not)."""
     from kfbot.github.publish import publish_after_run  # PyGithub only when publishing
 
     say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
-    published = publish_after_run(task, outcome, settings.islands, args)
+    run_dir = outcome.files["report"].parent
+    try:
+        reproduction = reproduce_run(run_dir, cache_dir(), gpus[0] if gpus else None)
+        say(f"reproduction: {reproduction.summary()}")
+    except KfbotError as exc:  # the run's results stand; only publishing is refused
+        say(f"reproduction failed: {exc}")
+        reproduction = None
+    published = publish_after_run(task, outcome, settings.islands, args, reproduction)
     say(published.message)
     for warning in published.warnings:
         say(f"warning: {warning}")

@@ -1,9 +1,12 @@
 """The pull request a verified winner is published as: its title and its body.
 
-The body reads top down: the one-line verdict, what changed since kfbot's last run on
-this branch, the per-shape benchmark table, the verification and anti-cheating evidence,
-the environment, the search chart, the lessons added to the experience file and a
-one-command reproduction; long evidence is folded in `<details>`. It stays under
+The body reads top down: the one-line verdict (after a review banner and the physics
+floor's flags with their evidence, when it flagged the result), what changed since
+kfbot's last run on this branch, the candidate and its files, the per-shape benchmark
+table, the second timer's reproduction of it, the verification and anti-cheating
+evidence, the environment, the search chart, the lessons added to the experience file
+and a one-command reproduction; long evidence is folded in `<details>`. Every figure is
+of one candidate, whose hash the body names. It stays under
 GitHub's 65,536-character limit by shortening the history and check tables, and says so.
 """
 
@@ -17,6 +20,7 @@ from kfbot import __version__
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
 from kfbot.evaluate.report import MARKS
+from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
 from kfbot.search.archive import Individual
 from kfbot.search.experience import Lesson
 from kfbot.search.report import best_so_far, history_table, mermaid_chart
@@ -52,6 +56,7 @@ class PrReport:
     branch: str = ""
     previous: Previous | None = None
     run_url: str | None = None
+    reproduction: Reproduction | None = None
 
 
 def verdict(name: str, ev: Evaluation) -> str:
@@ -103,10 +108,12 @@ def render(report: PrReport, marker: str) -> str:
 
 def _sections(r: PrReport, history_limit: int, checks_limit: int) -> list[str]:
     ev = r.evaluation
-    out = [verdict(r.kernel_name, ev), ""]
+    out = _review(ev)
+    out += [verdict(r.kernel_name, ev), ""]
     out += _changed_since(r)
     out += _summary(r)
     out += ["## Benchmark", "", _timings_table(ev), ""]
+    out += _reproduced(r.reproduction)
     out += _evidence(r, checks_limit)
     out += ["## Environment", "", _environment(ev.environment), ""]
     out += _search(r, history_limit)
@@ -114,6 +121,33 @@ def _sections(r: PrReport, history_limit: int, checks_limit: int) -> list[str]:
     out += _reproduce(r)
     out += ["---", _footer(r)]
     return out
+
+
+def _review(ev: Evaluation) -> list[str]:
+    """The physics floor's flags, before anything else: why a person must look."""
+    flags = [f for f in ev.findings if f.layer == "physics" and f.severity == "warn"]
+    if not flags:
+        return []
+    lines = ["**Needs review:** kfbot's physics floor flagged this result, so it opens as a "
+             "draft; look at the evidence before merging.", ""]
+    lines += [f"- {_cell(f.reason)} (`{_cell(f.evidence)}`)" for f in flags]
+    return [*lines, ""]
+
+
+def _reproduced(rep: Reproduction | None) -> list[str]:
+    if rep is None:
+        return []
+    rows = ["| shape | reported | reproduced | original µs | candidate µs | timed calls |",
+            "|---|---:|---:|---:|---:|---:|"]
+    rows += [f"| `{_cell(s.shape)}` | {s.reported:.3f}x | {s.reproduced:.3f}x | "
+             f"{s.original_us:.2f} | {s.candidate_us:.2f} | {s.samples} |" for s in rep.shapes]
+    return ["## Reproduced", "",
+            "The patch on a clean copy of the commit the run started from, built from its own "
+            f"build files and timed again in a fresh process by a second timer "
+            f"({_cell(rep.method)}): "
+            f"{rep.summary()}.", "", "\n".join(rows), "",
+            f"A reproduction more than {TOLERANCE:.0%} below the reported speedup stops "
+            "kfbot from publishing.", ""]
 
 
 def _changed_since(r: PrReport) -> list[str]:
@@ -133,6 +167,8 @@ def _summary(r: PrReport) -> list[str]:
     lines = ["## The change", ""]
     if r.rationale:
         lines += [r.rationale, ""]
+    lines += [f"Candidate `{r.evaluation.candidate[:10]}`: every figure below is of this one "
+              "candidate, the code this branch holds.", ""]
     if r.files:
         lines += ["Files: " + ", ".join(f"`{f}`" for f in r.files), ""]
     lines += [f"Speedup is original time / candidate time (median of interleaved trials, "

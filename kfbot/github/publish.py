@@ -7,7 +7,11 @@
 The kernel's files and the run's lessons are committed in a temporary worktree on top
 of the remote's base branch (config `github.base`, else the repository's default) and
 pushed to `kfbot/<kernel>` with `--force-with-lease`, so the user's checkout is never
-touched and a branch that moved is never overwritten. The PR is found again by the
+touched and a branch that moved is never overwritten. Nothing is published unless a
+reproduction (`kfbot reproduce`: the patch on a clean copy of the base, timed by a
+second timer) came within `TOLERANCE` of the reported speedup. A candidate the physics
+floor flagged is published as a draft labelled `REVIEW_LABEL`, with the flag first in
+the body, unless `github.review_gate` is `block`. The PR is found again by the
 hidden marker in its body, which also records the commit kfbot last pushed: when the
 branch's head is anything else, a person has pushed to it, and kfbot leaves branch and
 PR alone and says so. `dry_run_dir` writes the body and the diff there instead, with no
@@ -33,6 +37,7 @@ from kfbot.anticheat.adequacy import Adequacy
 from kfbot.config import GithubConfig, load_config
 from kfbot.errors import KfbotError
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
 from kfbot.github.api import (
     DEFAULT_RETRY,
     GitHubError,
@@ -69,6 +74,8 @@ if TYPE_CHECKING:  # the comment bot imports this module; it must not pull in th
     from kfbot.search.runner import OptimizeOutcome
 
 T = TypeVar("T")
+REVIEW_LABEL = "kfbot: needs review"
+CANDIDATE_TRAILER = "Kfbot-Candidate"  # the content hash of the candidate a commit holds
 Operation = Literal["created", "updated", "unchanged", "skipped", "dry-run"]
 _SLUG_IN_PATH = re.compile(r"/?(?P<slug>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?")
 
@@ -87,6 +94,11 @@ class Winner:
     adequacy: Adequacy | None = None
     history: tuple[Individual, ...] = ()
     islands: int = 1
+    reproduction: Reproduction | None = None  # the second timer's figures, required
+
+    @property
+    def needs_review(self) -> bool:
+        return self.evaluation.needs_review
 
 
 @dataclass(frozen=True)
@@ -121,23 +133,39 @@ class PublishResult:
                 "pr-operation": self.operation}
 
 
-def refusal(ev: Evaluation, cfg: GithubConfig) -> str | None:
-    """Why this evaluation may not be published, or None when it may."""
+def refusal(winner: Winner, cfg: GithubConfig) -> str | None:
+    """Why this winner may not be published, or None when it may."""
+    ev = winner.evaluation
     if not ev.ok:
         return f"the candidate was rejected at {ev.stage}: {ev.reason}"
-    if ev.needs_review:
-        return "a physics-floor finding needs a person's review before it is published"
     if ev.verdict != "faster":
         return f"the benchmark verdict is {ev.verdict or 'missing'}, not faster"
     if (ev.speedup or 0.0) < cfg.min_speedup:
         return f"{ev.speedup or 0:.2f}x is below github.min_speedup ({cfg.min_speedup:.2f}x)"
+    if ev.needs_review and cfg.review_gate == "block":
+        flags = "; ".join(f.line() for f in ev.findings if f.layer == "physics")
+        return f"the physics floor flagged it for review and github.review_gate is block: {flags}"
+    return _unreproduced(winner)
+
+
+def _unreproduced(winner: Winner) -> str | None:
+    """Why the reproduction does not back the report, or None when it does."""
+    rep, ev = winner.reproduction, winner.evaluation
+    if rep is None:
+        return "it was not reproduced (kfbot reproduce)"
+    if rep.candidate != ev.candidate:
+        return (f"the reproduction is of candidate {rep.candidate[:10]}, the report of "
+                f"{ev.candidate[:10]}")
+    if not rep.agrees:
+        return (f"the reproduction measured {rep.reproduced:.2f}x where the run reported "
+                f"{rep.reported:.2f}x, more than {TOLERANCE:.0%} below")
     return None
 
 
 def publish(winner: Winner, settings: PublishSettings) -> PublishResult:
     """Push the winner's branch and create or update its pull request (or dry-run it)."""
     branch = pr_branch(winner.kernel_id)
-    why = refusal(winner.evaluation, settings.github)
+    why = refusal(winner, settings.github)
     if why is not None:
         return PublishResult("skipped", f"not published: {why}", branch)
     if settings.dry_run_dir is not None:
@@ -146,9 +174,11 @@ def publish(winner: Winner, settings: PublishSettings) -> PublishResult:
 
 
 def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
-                      args: argparse.Namespace) -> PublishResult:
+                      args: argparse.Namespace,
+                      reproduction: Reproduction | None) -> PublishResult:
     """`kfbot optimize --publish`: publish the run's winner with the command's options
-    (`--repo-slug`, `--remote`, `--draft`, `--publish-dry-run`) and the config."""
+    (`--repo-slug`, `--remote`, `--draft`, `--publish-dry-run`), the config and the
+    reproduction of its run folder."""
     settings = PublishSettings(github=load_config(args.config, task.root).github,
                                repo_slug=args.repo_slug, remote=args.remote, draft=args.draft,
                                dry_run_dir=args.publish_dry_run)
@@ -164,18 +194,18 @@ def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
     experience = task.root / DEFAULT_PATH
     lessons = tuple(lesson for lesson in (read_lessons(experience) if experience.is_file()
                                           else ()) if lesson.kernel == task.kernel_id)
-    return publish(winner_of(task, outcome, islands, lessons), settings)
+    return publish(winner_of(task, outcome, islands, lessons, reproduction), settings)
 
 
 def winner_of(task: KernelTask, outcome: OptimizeOutcome, islands: int,
-              lessons: tuple[Lesson, ...]) -> Winner:
-    """What a run publishes: its fastest candidate that changes files only."""
+              lessons: tuple[Lesson, ...], reproduction: Reproduction | None) -> Winner:
+    """What a run publishes: the candidate it committed, with its reproduction."""
     if outcome.committed is None:
         raise KfbotError(f"{task.kernel_id}: no candidate that changes files only to publish")
     ev, cand = outcome.committed
     return Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
                   cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
-                  islands)
+                  islands, reproduction)
 
 
 def slug_of(url: str) -> str | None:
@@ -195,7 +225,7 @@ def commit_message(winner: Winner) -> str:
     ev = winner.evaluation
     return (f"kfbot: {winner.kernel_name} {ev.speedup or 0:.2f}x faster\n\n"
             f"{winner.rationale or 'A faster version of the kernel, verified by kfbot.'}\n\n"
-            f"{TRAILER}: {winner.kernel_id}\n")
+            f"{TRAILER}: {winner.kernel_id}\n{CANDIDATE_TRAILER}: {ev.candidate}\n")
 
 
 def _report(winner: Winner, commit: Commit, branch: str, base: str,
@@ -203,7 +233,7 @@ def _report(winner: Winner, commit: Commit, branch: str, base: str,
     return PrReport(winner.kernel_id, winner.kernel_name, winner.evaluation,
                     tuple(sorted(winner.files)), winner.rationale, winner.adequacy,
                     winner.history, winner.islands, commit.lessons_added, base, branch,
-                    previous, run_url(env))
+                    previous, run_url(env), winner.reproduction)
 
 
 def _marker(winner: Winner, sha: str) -> str:
@@ -226,15 +256,27 @@ def _dry_run(winner: Winner, settings: PublishSettings, branch: str,
     written[1].write_text(diff(place.top, base_sha, commit.sha))
     written[2].write_text(json.dumps({
         "title": title(winner.kernel_name, winner.evaluation), "branch": branch, "base": base,
-        "labels": list(settings.github.labels), "draft": _draft(settings),
+        "labels": _labels(settings, winner), "draft": _draft(settings, winner),
+        "candidate": winner.evaluation.candidate,
+        "reproduction": winner.reproduction.to_json() if winner.reproduction else None,
         "commit_message": commit_message(winner)}, indent=1) + "\n")
     return PublishResult("dry-run", f"dry run: wrote {out}/pr-body.md, pr.diff and pr.json; "
                          "nothing pushed, GitHub not called", branch, sha=commit.sha,
                          files=written)
 
 
-def _draft(settings: PublishSettings) -> bool:
+def _draft(settings: PublishSettings, winner: Winner) -> bool:
+    """A flagged winner always opens as a draft: a person must look before it is merged."""
+    if winner.needs_review:
+        return True
     return settings.github.draft if settings.draft is None else settings.draft
+
+
+def _labels(settings: PublishSettings, winner: Winner) -> list[str]:
+    labels = list(settings.github.labels)
+    if winner.needs_review and REVIEW_LABEL not in labels:
+        labels.append(REVIEW_LABEL)
+    return labels
 
 
 def _same_result(previous: Previous | None, ev: Evaluation) -> bool:
@@ -359,7 +401,7 @@ class _Publisher:
         try:
             pr = self._call(lambda: self.gh_repo.create_pull(
                 title=heading, body=body, head=self.branch, base=self.base,
-                draft=_draft(self.s)), what)
+                draft=_draft(self.s, self.w)), what)
         except GitHubError as exc:
             if exc.status != 422 or "already exists" not in exc.detail:
                 raise
@@ -368,16 +410,28 @@ class _Publisher:
             if not found:
                 raise
             return self._update(found[0], body, head, pushed=True, previous=None)
-        if self.s.github.labels:
-            labels = list(self.s.github.labels)
-            self._call(lambda: pr.add_to_labels(*labels), f"labelling pull request #{pr.number}")
+        self._label(pr)
         return self._result("created", pr, head, "opened")
+
+    def _label(self, pr: PullRequest) -> None:
+        labels = _labels(self.s, self.w)
+        if labels:
+            self._call(lambda: pr.add_to_labels(*labels), f"labelling pull request #{pr.number}")
+
+    def _hold_for_review(self, pr: PullRequest) -> None:
+        """An open pull request that now carries a flagged result goes back to draft, so
+        it cannot be merged before a person has looked."""
+        self._label(pr)
+        if not pr.draft:
+            self._call(pr.convert_to_draft, f"turning pull request #{pr.number} into a draft")
 
     def _update(self, pr: PullRequest, body: str, head: str, pushed: bool,
                 previous: Previous | None) -> PublishResult:
         heading = title(self.w.kernel_name, self.w.evaluation)
         self._call(lambda: pr.edit(title=heading, body=body),
                    f"updating pull request #{pr.number}")
+        if self.w.needs_review:
+            self._hold_for_review(pr)
         if pushed:
             before = f"{previous.speedup:.2f}x" if previous and previous.speedup else "the last run"
             note = (f"kfbot pushed a new version ({head[:10]}): {before} → "
