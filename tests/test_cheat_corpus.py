@@ -47,6 +47,7 @@ STATIC_CHECKS = {
     "library-call", "concurrency", "persistent-state", "file-or-env-access", "device-printf",
     "precision-downcast", "exception-fallback", "timer-or-grader-access", "l2-persistence",
     "unlaunched-kernel", "no-kernel-launch", "edit-outside-task", "python-edit",
+    "size-special-case",
 }
 RUNTIME_CHECKS = {
     "output-poison", "input-mutation", "constant-output", "repeat-calls", "timed-output",

@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from kfbot.errors import KfbotError
-from kfbot.evaluate.inputs import MAX_VARIANT_ELEMENTS, edge_signatures, make_args
+from kfbot.evaluate.inputs import (
+    MAX_BEYOND_ELEMENTS,
+    MAX_VARIANT_ELEMENTS,
+    edge_signatures,
+    large_signature,
+    literal_signatures,
+    make_args,
+    scaled_signatures,
+)
 from kfbot.evaluate.signature import (
     ArgSpec,
     CallSignature,
@@ -233,3 +241,43 @@ def test_sizes_zero_and_one_never_change() -> None:
     assert edge_signatures(call(ScalarSpec("int", 64)), block=32) == []
     variants = edge_signatures(call(spec((0, 8))), block=None)
     assert [shapes(v) for v in variants] == [[(0, 1)], [(0, 7)]]
+
+
+# --- beyond the captured sizes ---------------------------------------------------------
+
+
+def test_scaled_variants_grow_the_leading_size_and_what_shares_it() -> None:
+    rows = call(spec((4096, 1024)))
+    assert [(f, shapes(v)) for f, v in scaled_signatures(rows)] == [
+        (2, [(8192, 1024)]), (4, [(16384, 1024)])]
+    mm = call(spec((64, 32)), spec((32, 16)), ScalarSpec("int", 64))
+    (factor, two), _ = scaled_signatures(mm)
+    assert factor == 2 and shapes(two) == [(128, 32), (32, 16)]
+    assert two.args[2] == ScalarSpec("int", 128)
+    assert scaled_signatures(call(spec((1,)))) == []  # nothing to scale
+    huge = call(spec((1 << 24, 2)))
+    assert scaled_signatures(huge) == []  # past the limit: left out, not shrunk
+
+
+def test_the_large_shape_fills_the_budget_over_all_tensors() -> None:
+    large = large_signature(call(spec((4096, 1024))))
+    assert large is not None and shapes(large) == [(MAX_BEYOND_ELEMENTS // 1024, 1024)]
+    square = large_signature(call(spec((512, 512)), spec((512, 512))))
+    assert square is not None
+    (a, b) = shapes(square)
+    assert a == b and a[0] == a[1] and 2 * a[0] ** 2 <= MAX_BEYOND_ELEMENTS
+    assert 2 * (a[0] + 1) ** 2 > MAX_BEYOND_ELEMENTS
+    assert large_signature(call(spec((1 << 23, 2)))) is None  # x4 is already as large
+
+
+def test_literal_variants_set_sizes_together_first() -> None:
+    rows = call(spec((128, 1000)))
+    variants = [shapes(v)[0] for v in literal_signatures(rows, (4096,))]
+    assert variants == [(4096, 4096), (4096, 1000), (128, 4096)]
+    both = [shapes(v)[0] for v in literal_signatures(rows, (4096, 1024))]
+    assert set(both[:4]) == {(1024, 1024), (1024, 4096), (4096, 1024), (4096, 4096)}
+    assert {(4096, 1000), (128, 1024)} <= set(both) and len(both) == 8
+    assert literal_signatures(rows, (1 << 26,)) == []  # too large to verify
+    assert len(literal_signatures(call(spec((3, 5, 7))), (2, 4, 8, 16))) == 12
+    x, _ = make_args(literal_signatures(rows, (4096,))[0], 1, "cpu")
+    assert isinstance(x[0], torch.Tensor) and tuple(x[0].shape) == (4096, 4096)

@@ -366,6 +366,7 @@ RULE_IDS = {
     "library-call", "concurrency", "persistent-state", "file-or-env-access", "device-printf",
     "precision-downcast", "exception-fallback", "timer-or-grader-access", "l2-persistence",
     "unlaunched-kernel", "no-kernel-launch", "fast-math", "edit-outside-task", "python-edit",
+    "size-special-case", "size-literal",
 }
 
 
@@ -439,3 +440,50 @@ def test_custom_rules_scope_and_mode(tmp_path: Path) -> None:
     assert found[0].evidence.startswith(f"{KERNEL}:{line_of(ORIGINAL, 'float v = x[i]')}:")
     host_only = load_rules(write(tmp_path, text.replace("scope: device", "scope: host")))
     assert run(ORIGINAL, rules=host_only) == []
+
+
+# --- sizes compared with literals -----------------------------------------------------
+
+
+def test_a_size_changed_at_a_literal_size_is_rejected_with_its_line() -> None:
+    candidate = edit("device", "if (n == 4096 && i == 0) n /= 2;")
+    found = [f for f in run(candidate) if f.check.startswith("size-")]
+    assert [(f.check, f.severity) for f in found] == [("size-special-case", "strict")]
+    line = line_of(candidate, "n /= 2")
+    assert found[0].evidence == f"{KERNEL}:{line}: if (n == 4096 && i == 0) n /= 2;"
+    assert found[0].reason.startswith("`if (n == 4096 && i == 0) n /= 2;` changes n when it "
+                                      "is == 4096")
+    also = run(edit("host", "int64_t m = xc.numel(); m = (m == 8192) ? 4096 : m;"))
+    assert "size-special-case" in ids(also)
+
+
+@pytest.mark.parametrize(("where", "code", "said"), [
+    ("host", "if (n <= 1024) { /* one block */ }", "`n <= 1024` is new in the candidate"),
+    ("host", "if (xc.size(0) == 8192) return xc;", "`xc.size(0) == 8192` is new"),
+    ("top", "#define BIG 65536\nbool big(int64_t rows) { return rows >= BIG; }",
+     "`rows >= 65536` is new"),
+])
+def test_a_new_size_literal_is_a_warning(where: str, code: str, said: str) -> None:
+    found = [f for f in run(edit(where, code)) if f.check.startswith("size-")]
+    assert [(f.check, f.severity) for f in found] == [("size-literal", "warn")]
+    assert said in found[0].reason
+
+
+@pytest.mark.parametrize("code", [
+    "if (threadIdx.x < 32) { v = v * 1.0f; }",  # a thread index, not a size
+    "if (n == 1) { v = v * 1.0f; }",  # 0 and 1: the degenerate cases
+    "for (int offset = 16; offset > 0; offset >>= 1) { v = v + 0.0f; }",
+    "if (i < n) { v = v * 1.0f; }",  # a size against a size
+])
+def test_comparisons_that_are_not_size_literals_pass(code: str) -> None:
+    assert not {f.check for f in run(edit("device", code))} & {"size-literal",
+                                                                "size-special-case"}
+
+
+def test_a_size_literal_the_original_had_is_not_new() -> None:
+    original = edit("host", "if (n <= 1024) { /* one block */ }")
+    moved = edit("host", "if (n<=1024) {}\n    // moved", ORIGINAL)
+    assert "size-literal" not in ids(run(moved, original))
+    twice = edit("host", "if (n <= 1024) { /* again */ }", original)
+    assert [f.check for f in run(twice, original) if f.check == "size-literal"] == \
+        ["size-literal"]

@@ -28,7 +28,8 @@ When = Literal["fp32-op"]
 RULES_FILE = "anticheat.yaml"
 # Structural checks implemented in Python (kfbot.anticheat.static_builtin.CHECKS).
 BUILTIN_CHECKS = frozenset(
-    {"unlaunched-kernel", "no-kernel-launch", "fast-math", "edit-outside-task", "python-edit"})
+    {"unlaunched-kernel", "no-kernel-launch", "fast-math", "edit-outside-task", "python-edit",
+     "size-special-case", "size-literal"})
 _KEYS = frozenset({"id", "severity", "what", "why", "query", "check", "scope", "mode", "when"})
 _REQUIRED = ("id", "severity", "what", "why")
 _ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")

@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from kfbot.anticheat.findings import Finding
+from kfbot.anticheat.sizes import SizeComparison, new_size_comparisons
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.treesitter import Node
 
@@ -275,10 +276,34 @@ def _first_difference(before: ast.AST, after: ast.AST,
     return located or after
 
 
+# --- sizes compared with literals ----------------------------------------------------------
+
+
+def size_special_case(rule: Rule, inp: StaticInput, original: Sequence[Unit],
+                      candidate: Sequence[Unit]) -> list[Finding]:
+    """A new comparison of a size with a number whose branch changes that size."""
+    return [_size_finding(rule, c, f"`{cut(c.source_line, 80)}` changes {c.size} when it is "
+                                   f"{c.op} {c.value}")
+            for c in new_size_comparisons(inp.original, inp.candidate) if c.changes_size]
+
+
+def size_literal(rule: Rule, inp: StaticInput, original: Sequence[Unit],
+                 candidate: Sequence[Unit]) -> list[Finding]:
+    """Every other new comparison of a size with a number: verified at that size."""
+    return [_size_finding(rule, c, f"`{c.size} {c.op} {c.value}` is new in the candidate")
+            for c in new_size_comparisons(inp.original, inp.candidate) if not c.changes_size]
+
+
+def _size_finding(rule: Rule, comp: SizeComparison, what: str) -> Finding:
+    return finding(rule, what, evidence(comp.path, comp.line, comp.source_line))
+
+
 CHECKS: dict[str, Check] = {
     "unlaunched-kernel": unlaunched_kernel,
     "no-kernel-launch": no_kernel_launch,
     "fast-math": fast_math,
     "edit-outside-task": edit_outside_task,
     "python-edit": python_edit,
+    "size-special-case": size_special_case,
+    "size-literal": size_literal,
 }

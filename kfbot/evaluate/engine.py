@@ -25,6 +25,7 @@ from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
+from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
 from kfbot.anticheat.sources import kernel_names, static_input, units
 from kfbot.anticheat.static import static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
@@ -322,6 +323,7 @@ class Engine:
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
+            payload["sizes"] = list(self.compared_sizes(candidate))
         payload_s = time.monotonic() - started
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics
@@ -341,6 +343,13 @@ class Engine:
             "original": self._original_kernel_names(),
             "candidate": kernel_names(units(self.task, candidate.files)),
         }
+
+    def compared_sizes(self, candidate: Candidate) -> tuple[int, ...]:
+        """The numbers the candidate newly compares a size with: it is verified at each
+        (a special case for an untested size is wrong there). Verification, not a static
+        rule: it holds with the static checks off too."""
+        return sizes_to_try(new_size_comparisons(units(self.task, {}),
+                                                 units(self.task, candidate.files)))
 
     def _original_kernel_names(self) -> list[str]:
         if self._original_kernels is None:  # a parse of every source: once per engine

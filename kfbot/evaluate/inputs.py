@@ -22,11 +22,18 @@ The same signature and seed always give the same values on a given device.
 wrong: 1, odd, and not a multiple of the block (`block + 1`, `2 * block - 1`). See
 its docstring for how sizes shared between arguments are kept consistent.
 
+Verification also goes beyond the sizes the tests used, where a kernel that
+special-cases the tested shapes would be wrong: `scaled_signatures` (the leading size
+times 2 and 4), `large_signature` (one large shape within a memory budget) and
+`literal_signatures` (the sizes a candidate newly compares a size against, see
+`kfbot.anticheat.sizes`). All follow `resize`'s rule for shared sizes.
+
 torch is imported only by `make_args`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -193,6 +200,89 @@ def _int_range(spec: TensorSpec, dtype: torch.dtype) -> tuple[int, int]:
     # randint's exclusive high must itself fit in the dtype.
     lo, hi = max(lo, info.min), min(hi, info.max - 1)
     return (lo, max(lo, hi))
+
+
+# --- beyond the captured sizes ---------------------------------------------------------
+
+SCALES = (2, 4)
+# No tensor of a scaled or literal variant has more elements than this, and the
+# tensors of the large shape have no more together: it is verified for every candidate,
+# so it must stay cheap (a naive matmul's work grows with the cube of its sizes).
+MAX_BEYOND_ELEMENTS = 1 << 25
+MAX_LITERAL_VARIANTS = 12
+
+
+def lead_size(sig: CallSignature) -> int | None:
+    """The first size of 2 or more of the first tensor: the batch or row count."""
+    for t in sig.tensors():
+        for d in t.shape:
+            if d >= 2:
+                return d
+    return None
+
+
+def scaled_signatures(sig: CallSignature, factors: tuple[int, ...] = SCALES,
+                      max_elements: int = MAX_BEYOND_ELEMENTS
+                      ) -> list[tuple[int, CallSignature]]:
+    """(factor, `sig` with its leading size times it), every dimension of that size with
+    it, for each factor within the limit."""
+    lead = lead_size(sig)
+    if lead is None:
+        return []
+    made = [(f, resize(sig, {lead: lead * f})) for f in factors]
+    return [(f, v) for f, v in made if _fits(v, max_elements)]
+
+
+def large_signature(sig: CallSignature, max_elements: int = MAX_BEYOND_ELEMENTS
+                    ) -> CallSignature | None:
+    """`sig` with its leading size as large as `max_elements` (over all its tensors
+    together) allows, when that is beyond the largest scaled variant; else None."""
+    lead = lead_size(sig)
+    if lead is None:
+        return None
+
+    def fits(size: int) -> bool:
+        return sum(t.numel for t in resize(sig, {lead: size}).tensors()) <= max_elements
+
+    low, high = lead * max(SCALES), lead * max(2, max_elements)
+    if not fits(low + 1):
+        return None
+    while high - low > 1:  # the largest size that still fits
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return resize(sig, {lead: low})
+
+
+def literal_signatures(sig: CallSignature, sizes: tuple[int, ...],
+                       max_elements: int = MAX_BEYOND_ELEMENTS,
+                       max_variants: int = MAX_LITERAL_VARIANTS) -> list[CallSignature]:
+    """`sig` with its sizes set to the given numbers, in every combination (several
+    sizes at once first: `rows == 4096 && cols == 4096` needs both), within the limits."""
+    symbols = _symbols(sig)
+    wanted = [n for n in sorted(set(sizes)) if n >= 1]
+    if not symbols or not wanted:
+        return []
+    choices = [(None, *wanted)] * len(symbols)
+    combos = [c for c in itertools.islice(itertools.product(*choices), 4096)
+              if any(v is not None for v in c)]
+    combos.sort(key=lambda c: -sum(v is not None for v in c))
+    out: list[CallSignature] = []
+    seen = {signature_key(sig)}
+    for combo in combos:
+        mapping = {s: v for s, v in zip(symbols, combo, strict=True) if v is not None}
+        variant = resize(sig, mapping)
+        key = signature_key(variant)
+        if key in seen or not _fits(variant, max_elements):
+            continue
+        seen.add(key)
+        out.append(variant)
+        if len(out) >= max_variants:
+            break
+    return out
+
+
+def _fits(sig: CallSignature, max_elements: int) -> bool:
+    return all(t.numel <= max_elements for t in sig.tensors())
 
 
 # --- edge_signatures -----------------------------------------------------------------

@@ -42,7 +42,13 @@ from kfbot.evaluate.device.verify import (
     tensors,
     verify,
 )
-from kfbot.evaluate.inputs import edge_signatures, make_args
+from kfbot.evaluate.inputs import (
+    edge_signatures,
+    large_signature,
+    literal_signatures,
+    make_args,
+    scaled_signatures,
+)
 from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.worker import cuda_error_kind
 
@@ -91,6 +97,9 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         checked = _input_sets(signatures, seeds, payload) + _edge_sets(
             signatures, seeds[0], block, original
         )
+        if candidate is not None:
+            checked += _beyond_sets(signatures, seeds[0], payload.get("sizes", []), original,
+                                    references, overrides, str(payload["original"]["artifact"]))
     result: dict[str, Any] = {
         "inputs": [s.label for s in checked],
         "environment": environment.describe(),
@@ -135,7 +144,12 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
         sig = CallSignature.from_json(entry["signature"])
         arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
         inputs = InputSet(entry["label"], *arg_sets[0])
-        wrong = _wrong(candidate, original, references(inputs), inputs, overrides)
+        try:
+            wrong = _wrong(candidate, original, references(inputs), inputs, overrides)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            if cuda_error_kind(str(exc)) is not None:
+                raise
+            wrong = f"{type(exc).__name__}: {exc}"[:300]
         if wrong:
             shapes.append({"label": entry["label"], "error": wrong})
             continue
@@ -325,6 +339,51 @@ def _edge_sets(
                 continue  # the op does not accept this shape
             sets.append(inputs)
     return sets
+
+
+# Whether the original is right on an input set beyond the captured shapes, by (its
+# build artifact, the set's label): asked once per worker, whatever the candidate.
+_ORIGINAL_HOLDS: dict[tuple[str, str], bool] = {}
+
+
+def _beyond_sets(signatures: Sequence[CallSignature], seed: int, sizes: Sequence[int],
+                 original: Op, references: Callable[[InputSet], Op | None],
+                 overrides: Mapping[str, Tolerance], origin: str) -> list[InputSet]:
+    """Shapes the tests never used, where a candidate that special-cases the tested ones
+    goes wrong: each captured shape scaled up, one large shape, and the sizes the
+    candidate compares with literals. Only those on which the original itself is right
+    are kept: there the candidate must be too."""
+    wanted: list[tuple[str, CallSignature]] = []
+    for sig in signatures:
+        wanted += [(f"x{f}", v) for f, v in scaled_signatures(sig)]
+    large = large_signature(signatures[0]) if signatures else None
+    wanted += [("large", large)] if large is not None else []
+    for sig in signatures[:2]:
+        wanted += [("compared size", v) for v in literal_signatures(sig, tuple(sizes))]
+    out: list[InputSet] = []
+    for what, sig in wanted:
+        label = f"{what} {_shape_label(sig)}"
+        if any(i.label == label for i in out):
+            continue
+        inputs = InputSet(label, *make_args(sig, seed, "cuda"))
+        key = (origin, inputs.label)
+        if key not in _ORIGINAL_HOLDS:
+            _ORIGINAL_HOLDS[key] = _holds(original, references(inputs), inputs, overrides)
+        if _ORIGINAL_HOLDS[key]:
+            out.append(inputs)
+    return out
+
+
+def _holds(original: Op, reference: Op | None, inputs: InputSet,
+           overrides: Mapping[str, Tolerance]) -> bool:
+    """Whether the original accepts these inputs and is within tolerance of the
+    reference on them (without a reference: whether it accepts them)."""
+    try:
+        return _wrong(original, original, reference, inputs, overrides) is None
+    except (RuntimeError, ValueError, TypeError) as exc:
+        if cuda_error_kind(str(exc)) is not None:
+            raise
+        return False  # the op, or its reference, does not take this shape
 
 
 def _shape_label(sig: CallSignature) -> str:
