@@ -78,7 +78,8 @@ def measure(ops: Mapping[str, Op], arg_sets: Sequence[Args],
             samples[name].append(float(start.elapsed_time(end)) * 1e3)
         calls += settings.batch
         now = {name: statistics.median(values) for name, values in samples.items()}
-        settled = medians and all(abs(now[n] / medians[n] - 1) < settings.settle for n in names)
+        settled = bool(medians) and all(abs(now[n] / medians[n] - 1) < settings.settle
+                                        for n in names)
         medians = now
         if calls >= settings.min_calls and (settled or
                                             time.monotonic() - started > settings.max_seconds):
