@@ -432,12 +432,9 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
         llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()), ctx.inputs.anthropic_api_key)
         outcome = optimize(task, engine, settings, run_dir, llm)
     report = outcome.files["report"].read_text(encoding="utf-8")
-    if outcome.best is None:
-        return Result(f"{task.kernel_name}: no correct candidate beat the original", report)
-    if outcome.committed is None:  # a winner needing build flags cannot be committed as is
-        return Result(f"{task.kernel_name}: {outcome.best.speedup or 0:.2f}x, not published: "
-                      "no candidate that changes files only was faster", report,
-                      best_speedup=outcome.best.speedup)
+    if outcome.committed is None:  # the report's headline says so, and why
+        return Result(f"{task.kernel_name}: nothing committed: no candidate that changes "
+                      "files only was correct and significantly faster", report)
     best = outcome.committed[0]  # the fastest candidate that changes files only
     today = datetime.date.today().isoformat()
     lessons = tuple(lesson for lesson in read_lessons(task.root / DEFAULT_PATH)
