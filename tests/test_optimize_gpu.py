@@ -3,6 +3,7 @@ bundled example's softmax, and the run leaves its report, patch, chart and lesso
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -39,9 +40,13 @@ def test_params_and_rules_speed_up_the_example_softmax(tmp_path: Path) -> None:
         assert engine.baseline().ok
         outcome = optimize(task, engine, settings, root / ".kfbot" / "runs" / "t")
     assert outcome.best is not None and outcome.best.ok
-    assert outcome.best.verdict == "faster", outcome.best.reason
+    assert outcome.committed is not None, outcome.best.reason
+    committed, cand = outcome.committed
+    assert committed.verdict == "faster" and not cand.params, committed.reason
     run = root / ".kfbot" / "runs" / "t"
     assert (run / "report.md").is_file() and (run / "best.patch").is_file()
+    assert json.loads((run / "report.json").read_text())["candidate"] == cand.hash
+    assert f"**Committed candidate `{cand.short}`**" in (run / "report.md").read_text()
     assert len((run / "evaluations.jsonl").read_text().splitlines()) <= 12
     assert (root / ".kfbot" / "experience.md").is_file()
 

@@ -37,23 +37,40 @@ _INT_TYPE = re.compile(r"^(const\s+)?(unsigned\s+|signed\s+)?(int|long|short|lon
 _INT_LITERAL = re.compile(r"^(0[xX][0-9a-fA-F]+|\d+)([uUlL]*)$")
 MIN_VALUE = 2
 
-PARAMS_Q = "(parameter_declaration type: (_) @type declarator: (identifier) @name)"
-DEFINE_Q = "(preproc_def name: (identifier) @name value: (preproc_arg) @value)"
-INIT_Q = "(init_declarator declarator: (identifier) @name value: (_) @value)"
-COMPARE_Q = "(binary_expression left: (_) @left operator: _ @op right: (_) @right) @cmp"
+# One walk of each tree: parameters, #defines, initialised declarations, comparisons.
+QUERIES = (
+    "(parameter_declaration type: (_) @type declarator: (identifier) @name)",
+    "(preproc_def name: (identifier) @name value: (preproc_arg) @value)",
+    "(init_declarator declarator: (identifier) @name value: (_) @value)",
+    "(binary_expression left: (_) @left operator: _ @op right: (_) @right) @cmp",
+)
 
 
 class Text(Protocol):
-    """A unit of source (`static.Source`): its path, text and line offset."""
+    """A unit of source (`static.Source`): its path and line offset."""
 
     @property
     def path(self) -> str: ...
 
     @property
-    def text(self) -> str: ...
+    def line_offset(self) -> int: ...
+
+
+class Parsed(Protocol):
+    """A parsed unit (`static.Unit`): its source, its lines and its tree; `macros` when it
+    holds the bodies of the source's `#define`s, laid out on their own lines."""
 
     @property
-    def line_offset(self) -> int: ...
+    def source(self) -> Text: ...
+
+    @property
+    def lines(self) -> list[str]: ...
+
+    @property
+    def root(self) -> Node: ...
+
+    @property
+    def macros(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -68,22 +85,33 @@ class SizeComparison:
     key: str  # the comparison's text without spaces: what "new" is counted by
 
 
-def size_comparisons(sources: Sequence[Text]) -> list[SizeComparison]:
-    return [c for source in sources for c in _comparisons(source)]
+def size_comparisons(units: Sequence[Parsed]) -> list[SizeComparison]:
+    """Every comparison of a size with a number in the units. A macro body's sizes and
+    constants are its source's: a special case cannot hide in a `#define`."""
+    found: list[SizeComparison] = []
+    known: dict[str, tuple[set[str], dict[str, int]]] = {}
+    for unit in sorted(units, key=lambda u: u.macros):  # sources before their macros
+        params, defines, inits, compares = tsx.matches_by_pattern(QUERIES, unit.root)
+        sizes, numbers = known.setdefault(unit.source.path, (set(), {}))
+        numbers.update(_constants(defines, inits))
+        sizes.update(_sizes(params, inits, sizes))
+        found += _comparisons(unit, compares, sizes, numbers)
+    return found
 
 
-@lru_cache(maxsize=8)
-def _cached(sources: tuple[Text, ...]) -> tuple[SizeComparison, ...]:
-    """Every candidate of an op is compared with the same original: parsed once."""
-    return tuple(size_comparisons(sources))
+@lru_cache(maxsize=16)
+def _cached(units: tuple[Parsed, ...]) -> tuple[SizeComparison, ...]:
+    """Found once: every candidate is compared with the same original, and the two
+    static checks and the engine each ask about the same candidate."""
+    return tuple(size_comparisons(units))
 
 
-def new_size_comparisons(original: Sequence[Text],
-                         candidate: Sequence[Text]) -> list[SizeComparison]:
+def new_size_comparisons(original: Sequence[Parsed],
+                         candidate: Sequence[Parsed]) -> list[SizeComparison]:
     """The comparisons the candidate has more of than the original."""
     before = Counter(c.key for c in _cached(tuple(original)))
     out = []
-    for comp in size_comparisons(candidate):
+    for comp in _cached(tuple(candidate)):
         if before[comp.key] > 0:
             before[comp.key] -= 1
         else:
@@ -101,12 +129,9 @@ def sizes_to_try(comparisons: Sequence[SizeComparison]) -> tuple[int, ...]:
     return tuple(sorted(v for v in found if v >= 1))
 
 
-def _comparisons(source: Text) -> Iterator[SizeComparison]:
-    root = tsx.parse_cuda(source.text.encode()).root_node
-    numbers = _constants(root)
-    sizes = _sizes(root)
-    lines = source.text.split("\n")
-    for m in tsx.matches(COMPARE_Q, root):
+def _comparisons(unit: Parsed, compares: Sequence[dict[str, Node]], sizes: set[str],
+                 numbers: dict[str, int]) -> Iterator[SizeComparison]:
+    for m in compares:
         op = tsx.text(m["op"])
         if op not in COMPARISONS:
             continue
@@ -116,22 +141,23 @@ def _comparisons(source: Text) -> Iterator[SizeComparison]:
                 continue
             row = tsx.line(m["cmp"])
             yield SizeComparison(
-                path=source.path, line=row + source.line_offset,
-                source_line=lines[row - 1].strip() if row <= len(lines) else "",
+                path=unit.source.path, line=row + unit.source.line_offset,
+                source_line=unit.lines[row - 1].strip() if row <= len(unit.lines) else "",
                 size=tsx.text(size), op=op, value=value,
                 changes_size=_changes(m["cmp"], _name(size)),
                 key="".join(tsx.text(m["cmp"]).split()))
             break
 
 
-def _constants(root: Node) -> dict[str, int]:
+def _constants(defines: Sequence[dict[str, Node]],
+               inits: Sequence[dict[str, Node]]) -> dict[str, int]:
     """`#define N 4096` and `constexpr int N = 4096;`: names of integer constants."""
     out: dict[str, int] = {}
-    for m in tsx.matches(DEFINE_Q, root):
+    for m in defines:
         value = _literal(tsx.text(m["value"]).strip())
         if value is not None:
             out[tsx.text(m["name"])] = value
-    for m in tsx.matches(INIT_Q, root):
+    for m in inits:
         decl = m["name"].parent.parent if m["name"].parent else None
         if decl is not None and m["value"].type == "number_literal" and \
                 any(tsx.text(c) in ("const", "constexpr") for c in decl.children):
@@ -141,11 +167,12 @@ def _constants(root: Node) -> dict[str, int]:
     return out
 
 
-def _sizes(root: Node) -> set[str]:
+def _sizes(params: Sequence[dict[str, Node]], inits: Sequence[dict[str, Node]],
+           known: set[str]) -> set[str]:
     """Integer parameters, and locals made from sizes, in the order they are declared."""
-    found = {tsx.text(m["name"]) for m in tsx.matches(PARAMS_Q, root)
-             if _INT_TYPE.match(" ".join(tsx.text(m["type"]).split()))}
-    for m in tsx.matches(INIT_Q, root):
+    found = set(known) | {tsx.text(m["name"]) for m in params
+                          if _INT_TYPE.match(" ".join(tsx.text(m["type"]).split()))}
+    for m in inits:
         if _mentions_size(m["value"], found):
             found.add(tsx.text(m["name"]))
     return found

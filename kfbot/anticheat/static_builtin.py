@@ -284,14 +284,14 @@ def size_special_case(rule: Rule, inp: StaticInput, original: Sequence[Unit],
     """A new comparison of a size with a number whose branch changes that size."""
     return [_size_finding(rule, c, f"`{cut(c.source_line, 80)}` changes {c.size} when it is "
                                    f"{c.op} {c.value}")
-            for c in new_size_comparisons(inp.original, inp.candidate) if c.changes_size]
+            for c in new_size_comparisons(original, candidate) if c.changes_size]
 
 
 def size_literal(rule: Rule, inp: StaticInput, original: Sequence[Unit],
                  candidate: Sequence[Unit]) -> list[Finding]:
     """Every other new comparison of a size with a number: verified at that size."""
     return [_size_finding(rule, c, f"`{c.size} {c.op} {c.value}` is new in the candidate")
-            for c in new_size_comparisons(inp.original, inp.candidate) if not c.changes_size]
+            for c in new_size_comparisons(original, candidate) if not c.changes_size]
 
 
 def _size_finding(rule: Rule, comp: SizeComparison, what: str) -> Finding:

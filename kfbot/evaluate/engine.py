@@ -27,7 +27,7 @@ from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
 from kfbot.anticheat.sources import kernel_names, static_input, units
-from kfbot.anticheat.static import static_findings
+from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
@@ -348,8 +348,10 @@ class Engine:
         """The numbers the candidate newly compares a size with: it is verified at each
         (a special case for an untested size is wrong there). Verification, not a static
         rule: it holds with the static checks off too."""
-        return sizes_to_try(new_size_comparisons(units(self.task, {}),
-                                                 units(self.task, candidate.files)))
+        rules = load_rules()  # the static checks' parse of the same units, from its cache
+        return sizes_to_try(new_size_comparisons(
+            analyse(units(self.task, {}), rules), analyse(units(self.task, candidate.files),
+                                                            rules)))
 
     def _original_kernel_names(self) -> list[str]:
         if self._original_kernels is None:  # a parse of every source: once per engine
