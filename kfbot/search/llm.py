@@ -142,6 +142,9 @@ class PromptContext:
     lessons: Sequence[str] = ()  # relevant lessons from earlier runs
     meta_prompt: str = ""  # the island's strategy hints
     editable: Sequence[str] = ()
+    # Worked examples of the expert library for the kernel's class (Markdown); the
+    # same for every call of a task, so they sit in the cached system prefix.
+    examples: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,8 @@ class LlmMutator:
         if spent is not None:
             return LlmProposal(None, f"llm skipped: {spent}")
         s = self.settings
-        system: list[TextBlockParam] = [{"type": "text", "text": system_prompt(ctx.diagnosis),
+        system: list[TextBlockParam] = [{"type": "text",
+                                         "text": system_prompt(ctx.diagnosis, ctx.examples),
                                          "cache_control": {"type": "ephemeral"}}]
         messages: list[MessageParam] = [{"role": "user", "content": user_prompt(ctx)}]
         try:
@@ -245,9 +249,15 @@ def _short_error(e: anthropic.APIError) -> str:
 
 # ---------------------------------------------------------------------------- prompts
 
-def system_prompt(diagnosis: str) -> str:
-    """The stable, cached prefix: role, edit format and the diagnosis' persona."""
+def system_prompt(diagnosis: str, examples: Sequence[str] = ()) -> str:
+    """The stable, cached prefix: role, edit format, the diagnosis' persona and the
+    worked examples for the kernel's class."""
     persona = persona_for(diagnosis)
+    worked = ("## Worked examples for kernels of this kind\n"
+              "Each shows a naive kernel and a faster one that gives the same results; "
+              "apply the idea that fits the kernel you are given, keeping its signature "
+              "contract with its launcher (or changing the launcher with it).\n\n"
+              + "\n\n".join(examples) + "\n\n") if examples else ""
     return (
         "You optimise CUDA kernels for speed without changing their results. You are given "
         "an operation, the kernel source files you may edit, and what is known about the "
@@ -258,7 +268,7 @@ def system_prompt(diagnosis: str) -> str:
         "results between calls or call vendor libraries; edit only the editable files.\n\n"
         "Start your answer with one short paragraph saying what you change and why it "
         "should be faster, then give the edits.\n\n"
-        f"{FORMAT_HELP}\n")
+        f"{worked}{FORMAT_HELP}\n")
 
 
 def user_prompt(ctx: PromptContext) -> str:

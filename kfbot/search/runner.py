@@ -101,7 +101,8 @@ class Plan:
 
 def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
     mut = Mutators(task, knobs(task.tunables), load_rewrites())
-    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL, mut.rewrites)
+    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
+                                task.kernel_name, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
     return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
 
