@@ -9,10 +9,14 @@ from collections.abc import Sequence
 
 from kfbot import __version__
 from kfbot.errors import EXIT_USAGE, KfbotError
+from kfbot.text import printable
 
 # Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
 # need not import the evaluation engine that `verify` and `bench` are built on.
 COMMANDS = ("scan", "verify", "bench", "optimize", "lessons", "check", "hook", "action")
+# Commands that run untrusted code (candidates, the repository's tests and scripts) or
+# hold a token: they start with a clean environment (see kfbot.credentials).
+PROTECTED = frozenset({"verify", "bench", "optimize", "action"})
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -38,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except KfbotError as exc:
-        print(f"kfbot: error: {exc}", file=sys.stderr)
+        print(f"kfbot: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("kfbot: interrupted", file=sys.stderr)
@@ -47,5 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def entry() -> int:
+    """The `kfbot` program: `main`, after a protected command has shed its environment."""
+    if len(sys.argv) > 1 and sys.argv[1] in PROTECTED:
+        from kfbot.credentials import protect
+
+        protect()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

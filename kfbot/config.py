@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Literal
 
 from kfbot.errors import KfbotError
+from kfbot.paths import refuse_link
 from kfbot.records import (
     AS_TEXT,
     NOT_YAML,
@@ -197,6 +198,8 @@ def load_config(path: Path | None, root: Path) -> Config:
         if path is None:
             return Config()
     shown = _shown_path(path, root)
+    # A link could point at a credentials file, whose text a parse error would quote.
+    refuse_link(path, "config file", shown)
     node = compose(read_text(path, shown), shown)
     if node is None or is_null(node):
         return Config(path=shown)

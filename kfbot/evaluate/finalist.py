@@ -9,7 +9,6 @@ build it. The user's working tree is never written: everything happens in a copy
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.task import KernelTask
-from kfbot.evaluate.worker import scrubbed_env
-
-SKIP = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".kfbot", "build", "dist",
-                              ".venv", "venv", "*.so", "*.o")
+from kfbot.paths import copy_repository
+from kfbot.text import write_source
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kfbot-finalist-") as tmp:
         copy = _prepared_copy(task.root, Path(tmp), candidate)
-        env = scrubbed_env(os.environ, {"TORCH_EXTENSIONS_DIR": str(Path(tmp) / "torch_ext"),
+        env = untrusted_env({"TORCH_EXTENSIONS_DIR": str(Path(tmp) / "torch_ext"),
                                         "PYTHONDONTWRITEBYTECODE": "1"})
         steps = _steps(task, python)
         output = ""
@@ -66,12 +64,14 @@ def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800
 
 
 def _prepared_copy(root: Path, tmp: Path, candidate: Candidate) -> Path:
+    """The repository's own files (no link out of it followed) with the candidate's laid
+    over them; build outputs are left out so the copy builds its own."""
     copy = tmp / "repo"
-    shutil.copytree(root, copy, ignore=SKIP, symlinks=True)
+    copy_repository(root, copy)
     for rel, text in candidate.files.items():
         target = copy / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        write_source(target, text)
     return copy
 
 

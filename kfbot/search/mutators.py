@@ -31,6 +31,7 @@ from kfbot.search.rewrites import (
     recognise,
     worked_examples,
 )
+from kfbot.text import read_source
 
 ORDERS = (("params", "rules", "llm"), ("rules", "llm", "params"), ("llm", "params", "rules"))
 RECENT_FAILURES = 6
@@ -58,7 +59,7 @@ class Mutators:
         for rel in self.task.editable_files:
             path = self.task.root / rel
             if path.is_file():
-                out[rel] = path.read_text(errors="replace")
+                out[rel] = read_source(path, rel)  # byte-exact: what a branch commits
         return out
 
     def candidate(self, individual: Individual) -> Candidate:
