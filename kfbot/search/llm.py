@@ -19,16 +19,16 @@ import random
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import anthropic
 from anthropic.types import Message, MessageParam, TextBlockParam
 
 from kfbot import credentials
-from kfbot.datafiles import check_unique_ids, read_entries, rules_dir
+from kfbot.datafiles import Id, Text, load_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.search.budget import Budget
@@ -45,17 +45,15 @@ RATIONALE_CHARS = 300
 CACHE_WRITE_FACTOR = 1.25
 CACHE_READ_FACTOR = 0.1
 
-_PERSONA_KEYS = frozenset({"id", "when", "persona"})
-_ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 # ---------------------------------------------------------------------------- personas
 
 @dataclass(frozen=True)
 class Persona:
-    id: str
-    when: str  # one of DIAGNOSES
-    persona: str
+    id: Id
+    when: Diagnosis
+    persona: Text  # prose; folded to one line when loaded
 
 
 def load_personas(path: Path | None = None) -> dict[str, Persona]:
@@ -81,39 +79,13 @@ def persona_for(diagnosis: str, personas: Mapping[str, Persona] | None = None) -
 
 
 def _load_personas(path: Path) -> dict[str, Persona]:
-    loaded = [_persona(path, i, e) for i, e in enumerate(read_entries(path, "persona"))]
-    check_unique_ids(path, "persona", (p.id for p in loaded))
-    personas = {p.id: p for p in loaded}
+    personas = {p.id: replace(p, persona=" ".join(p.persona.split()))
+                for p in load_entries(path, Persona, "persona")}
     missing = [d for d in DIAGNOSES if not any(p.when == d for p in personas.values())]
     if missing:
         raise KfbotError(f"{path}: no persona for {', '.join(missing)} "
                          "(every diagnosis needs at least one)")
     return personas
-
-
-def _persona(path: Path, index: int, entry: Any) -> Persona:
-    name = entry.get("id") if isinstance(entry, dict) else None
-    label = f"persona {name}" if isinstance(name, str) and name else f"persona #{index + 1}"
-
-    def fail(problem: str) -> KfbotError:
-        return KfbotError(f"{path}: {label}: {problem}")
-
-    if not isinstance(entry, dict):
-        raise fail("expected a mapping of keys to values")
-    unknown = sorted(str(k) for k in entry if k not in _PERSONA_KEYS)
-    if unknown:
-        allowed = ", ".join(sorted(_PERSONA_KEYS))
-        raise fail(f"unknown key {', '.join(unknown)} (allowed: {allowed})")
-    for key in ("id", "when", "persona"):
-        if key not in entry:
-            raise fail(f"missing required key {key!r}")
-        if not isinstance(entry[key], str) or not entry[key].strip():
-            raise fail(f"{key!r} must be a non-empty string")
-    if not _ID.match(entry["id"]):
-        raise fail("'id' must be kebab-case (lowercase letters, digits and dashes)")
-    if entry["when"] not in DIAGNOSES:
-        raise fail(f"'when' is {entry['when']!r}; expected one of {', '.join(DIAGNOSES)}")
-    return Persona(id=entry["id"], when=entry["when"], persona=" ".join(entry["persona"].split()))
 
 
 # ---------------------------------------------------------------------------- the mutator
