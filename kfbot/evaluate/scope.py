@@ -101,6 +101,17 @@ def in_scope(defs: Definitions, kernel: str) -> set[str]:
     return defs.reachable(kernel) - others
 
 
+def shared_names(task: KernelTask) -> set[str]:
+    """The functions, macros and file-level constants that a kernel other than the task's
+    uses: a `-D` value or a literal changed there reaches that kernel too."""
+    defs = definitions((s.path, s.text) for s in units(task, {}))
+    kernel = _last(task.kernel_name)
+    out: set[str] = set()
+    for other in defs.kernels - {kernel}:
+        out |= defs.reachable(other) | _used_globals(defs, other)
+    return out
+
+
 def scope_findings(task: KernelTask, candidate: Candidate) -> list[Finding]:
     """A strict finding for each change that reaches a kernel other than the task's."""
     if not candidate.files:
