@@ -161,7 +161,8 @@ def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
 
     The line holds one declaration (`constexpr int kBlock = 256;`) or one launch, so
     the literal after the name is the value; a launch's unnamed value is the first
-    literal equal to the scanned one."""
+    literal equal to the scanned one. A parent whose text moved (a structural rewrite
+    adds lines and rewrites launches) no longer has the knob on that line: nothing."""
     lines = text.split("\n")
     if not 0 < knob.line <= len(lines):
         return None
@@ -169,8 +170,10 @@ def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
     name = knob.name.rsplit(":", 1)[-1]
     if name in row:
         match = _NUMBER.search(row, row.find(name) + len(name))
-    else:
+    elif knob.kind == "launch_config" and "<<<" in row:
         match = next((m for m in _NUMBER.finditer(row) if m.group() == knob.current), None)
+    else:
+        match = None
     return (lines, match) if match is not None else None
 
 
