@@ -78,7 +78,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[KernelTask, OptimizeO
                      Config())
     mut = Mutators(task, (), load_rewrites())
     rules = {c.rationale.split(":")[0]: c for c in
-             propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL, mut.rewrites)}
+             propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL, task.kernel_id,
+                              mut.rewrites)}
     flags, restrict, bounds = (rules["fast-math-flags"], rules["restrict-pointers"],
                                rules["launch-bounds"])
     records = {flags.hash: _measured(flags, 1.24), restrict.hash: _measured(restrict, 1.10),
