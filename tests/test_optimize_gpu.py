@@ -59,7 +59,7 @@ def test_the_kfbot_optimize_command_finds_a_verified_speedup(tmp_path: Path) -> 
     env.pop("ANTHROPIC_API_KEY", None)
     done = subprocess.run(
         [sys.executable, "-m", "kfbot", "optimize", "softmax_kernel", "--repo", str(root),
-         "--budget-evals", "16", "--islands", "2", "--seed", "1", "--no-llm"],
+         "--budget", "16", "--islands", "2", "--seed", "1", "--no-llm"],
         capture_output=True, text=True, timeout=1200, env=env, check=False)
     print(done.stdout[-6000:])  # the final table, for the record (pytest -s)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

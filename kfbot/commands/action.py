@@ -28,6 +28,7 @@ from github.Repository import Repository
 
 from kfbot import credentials
 from kfbot.commands.common import cache_dir
+from kfbot.commands.options import add_repo_argument
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
@@ -67,16 +68,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "action", help="run as the GitHub Action (reads GITHUB_* and INPUT_* variables)",
         description="The GitHub Action's entry point: reads the event, the INPUT_* "
                     "variables and the runner's GITHUB_* variables; see docs/github-action.md.")
+    add_repo_argument(p, default=None,
+                      help="the checkout to work on (default: $GITHUB_WORKSPACE, else .)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return Action(credentials.original_environment()).run()
+    return Action(credentials.original_environment(), args.repo).run()
 
 
 class Action:
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], root: Path | None = None) -> None:
         self.env = env
+        self.root = root
         names = [action_io.env_name(n) for n in action_io.SECRET_INPUTS]
         names += ["GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY"]
         self.redact = Redactor(env.get(name, "").strip() for name in names)
@@ -104,7 +108,7 @@ class Action:
         inputs = dataclasses.replace(inputs, anthropic_api_key=inputs.anthropic_api_key or (
             self.env.get("ANTHROPIC_API_KEY", "").strip()))
         _keep_secrets_from_subprocesses()
-        ctx = Context.from_env(self.env, inputs, self.redact)
+        ctx = Context.from_env(self.env, inputs, self.redact, self.root)
         event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
         mode = _mode(inputs.command, ctx.event_name)
         if mode in ("comment", "authorize") and isinstance(event, CommentEvent):
@@ -186,8 +190,8 @@ class Context:
     root: Path
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], inputs: ActionInputs,
-                 redact: Redactor) -> Context:
+    def from_env(cls, env: Mapping[str, str], inputs: ActionInputs, redact: Redactor,
+                 root: Path | None = None) -> Context:
         def need(name: str) -> str:
             value = env.get(name, "").strip()
             if not value:
@@ -195,7 +199,7 @@ class Context:
                                  "Actions job (or set the GITHUB_* variables as a job would)")
             return value
 
-        root = Path(env.get("GITHUB_WORKSPACE") or ".").resolve()
+        root = (root or Path(env.get("GITHUB_WORKSPACE") or ".")).resolve()
         return cls(env, inputs, redact, need("GITHUB_EVENT_NAME"),
                    Path(need("GITHUB_EVENT_PATH")), need("GITHUB_REPOSITORY"), root)
 

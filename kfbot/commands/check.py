@@ -34,6 +34,7 @@ from kfbot.changes import (
     resolve_base,
     scan_base,
 )
+from kfbot.commands.options import add_repo_arguments
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate.diagnostics import parse_compiler_output
@@ -69,14 +70,16 @@ _TORCH_HEADER = re.compile(
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("check", help="pre-commit: scan and compile-check changed kernels "
-                                     "(no torch, no GPU)")
+                                     "(no torch, no GPU)",
+                       description="The light pre-commit hook: names the kernels a change "
+                                   "touches, checks their syntax (nvcc's front end, or "
+                                   "tree-sitter where nvcc cannot run) and fails when a "
+                                   "kernel lost its reference test.")
     p.add_argument("files", nargs="*", type=Path,
                    help="changed files (default: every file changed since --base)")
-    p.add_argument("--repo", type=Path, default=Path("."),
-                   help="repository (or project) folder (default: .)")
-    p.add_argument("--base", default="HEAD",
-                   help="revision whose reference pairing to compare with (default: HEAD)")
-    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
+    add_repo_arguments(p)
+    p.add_argument("--base", default="HEAD", metavar="REV",
+                   help="revision whose reference pairing to compare with")
     p.set_defaults(run=run)
 
 

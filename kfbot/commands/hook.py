@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kfbot import extras
 from kfbot.changes import (
     ChangedKernel,
     Comparison,
@@ -34,6 +35,7 @@ from kfbot.changes import (
     is_kernel_source,
 )
 from kfbot.commands.common import cache_dir
+from kfbot.commands.options import add_repo_arguments
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.evaluation import Evaluation
@@ -50,13 +52,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                         "time them against the base revision (GPU)")
     v.add_argument("files", nargs="*", type=Path,
                    help="changed files (default: every file changed since --base)")
-    v.add_argument("--repo", type=Path, default=Path("."),
-                   help="repository (or project) folder (default: .)")
-    v.add_argument("--base", default=None,
+    add_repo_arguments(v)
+    v.add_argument("--base", default=None, metavar="REV",
                    help=f"revision to compare with (default: ${FROM_REF_ENV} when pre-commit "
                         "runs it at pre-push, else HEAD)")
-    v.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
-    v.add_argument("--gpu", type=int, default=None, help="GPU index (default: the first)")
+    v.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="GPU index (default: the first)")
     v.add_argument("--fail-on-slower", action="store_true",
                    help="fail when a kernel got significantly slower on some input "
                         "(default: warn only)")
@@ -100,7 +101,7 @@ def missing_gpu() -> str | None:
     """Why kernels cannot run here, found without starting anything; None when they may.
     The engine's own probe (a worker with torch) has the last word."""
     if importlib.util.find_spec("torch") is None:
-        return f"torch is not installed for {sys.executable}"
+        return f"torch is not installed for {sys.executable} ({extras.install_line('gpu')})"
     if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
         return "no NVIDIA driver on this machine"
     from kfbot.evaluate.build import find_toolkit

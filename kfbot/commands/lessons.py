@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kfbot.commands.options import add_repo_argument
 from kfbot.errors import EXIT_OK
 from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
 
@@ -17,12 +18,15 @@ from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("lessons", help="print the lessons of the experience file")
-    p.add_argument("--repo", type=Path, default=Path("."), help="repository folder (default .)")
-    p.add_argument("--file", type=Path, default=None,
+    p = sub.add_parser("lessons", help="print the lessons of the experience file",
+                       description="Print what earlier runs learnt: one lesson per thing "
+                                   "tried, from the repository's experience file.")
+    add_repo_argument(p)
+    p.add_argument("--file", type=Path, default=None, metavar="FILE",
                    help=f"experience file (default: REPO/{DEFAULT_PATH.as_posix()})")
-    p.add_argument("--kernel", action="append", default=[],
-                   help="only this kernel (file::name, ns::name or name); repeatable")
+    p.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                   help="only this kernel (file::name, ns::name or name); repeatable "
+                        "(default: every kernel)")
     p.add_argument("--json", action="store_true", help="print a JSON list of the lessons")
     p.set_defaults(run=run)
 
