@@ -6,16 +6,16 @@ import argparse
 import contextlib
 import functools
 import secrets
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
 from kfbot import credentials, extras
+from kfbot.commands import progress
 from kfbot.commands.common import cache_dir
 from kfbot.commands.options import add_repo_arguments, duration_argument
+from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import Engine, EngineSettings
@@ -23,7 +23,6 @@ from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
@@ -102,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     worst = EXIT_OK
     for kernel in chosen:
         task = make_task(kernel, root, config)
-        worst = max(worst, _one(task, settings, args, console, gpus))
+        with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
+            worst = max(worst, _one(task, settings, args, console, gpus))
     return worst
 
 
@@ -172,14 +172,14 @@ def _require_baseline(task: KernelTask, base: Evaluation) -> None:
 def search_with_progress(task: KernelTask, settings: OptimizeSettings, run_dir: Path,
                          llm: LlmMutator | None, console: Console, gpu: GpuFacts,
                          executor: Executor) -> OptimizeOutcome:
-    """The search with its live view, one row per island."""
-    view = _View(settings.islands)
-    with Live(view.table(), console=console, refresh_per_second=4) as live:
-        def shown(ind: Individual) -> None:
-            view.add(ind)
-            live.update(view.table())
-
-        return optimize(task, gpu, settings, run_dir, llm, shown, executor)
+    """The search, shown as it goes: the live table on a terminal, else a line per
+    evaluation and a heartbeat (see kfbot.commands.progress)."""
+    shown = progress.for_stream(sys.stdout, settings.islands, settings.evaluations, console)
+    watched = progress.Watched(executor, shown)
+    try:
+        return optimize(task, gpu, settings, run_dir, llm, watched.on_result, watched)
+    finally:
+        shown.close()
 
 
 def _gpus(args: argparse.Namespace) -> list[int]:
@@ -209,34 +209,3 @@ def _executor(task: KernelTask, engine: Engine, gpus: list[int]) -> Executor:
 
 def _key() -> str:
     return (credentials.original("ANTHROPIC_API_KEY") or "").strip()
-
-
-@dataclass
-class _Row:
-    evaluations: int = 0
-    best: float = 1.0
-    failed: dict[str, int] = field(default_factory=dict)
-
-
-class _View:
-    """Per island: evaluations, best speedup, failures by stage."""
-
-    def __init__(self, islands: int) -> None:
-        self.rows = {i: _Row() for i in range(islands)}
-
-    def add(self, ind: Individual) -> None:
-        row = self.rows[ind.island]
-        row.evaluations += 1
-        if ind.fitness is not None:
-            row.best = max(row.best, ind.fitness)
-        else:
-            row.failed[ind.stage] = row.failed.get(ind.stage, 0) + 1
-
-    def table(self) -> Table:
-        table = Table(title="kfbot optimize")
-        for col in ("island", "evaluations", "best speedup", "failures by stage"):
-            table.add_column(col)
-        for i, row in self.rows.items():
-            failed = ", ".join(f"{k} {v}" for k, v in sorted(row.failed.items())) or "-"
-            table.add_row(str(i), str(row.evaluations), f"{row.best:.3f}x", failed)
-        return table
