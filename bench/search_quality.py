@@ -39,7 +39,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kfbot.commands.common import cache_dir  # noqa: E402
+from kfbot.cache import cache_dir  # noqa: E402
 from kfbot.config import load_config  # noqa: E402
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError  # noqa: E402
 from kfbot.evaluate.candidate import ORIGINAL, Candidate  # noqa: E402

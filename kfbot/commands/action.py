@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from github.Repository import Repository
 
 from kfbot import credentials
-from kfbot.commands.common import cache_dir
+from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import Config, GithubConfig, load_config

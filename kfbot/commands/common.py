@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from kfbot import extras
+from kfbot.cache import cache_dir
 from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
@@ -47,11 +47,3 @@ def candidate_of(args: argparse.Namespace, task: KernelTask) -> Candidate:
 
 def make_engine(task: KernelTask, gpu: int | None) -> Engine:
     return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=gpu))
-
-
-def cache_dir() -> Path:
-    """Builds and captured inputs live outside the repository: its tree is never written."""
-    if "KFBOT_CACHE" in os.environ:
-        return Path(os.environ["KFBOT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kfbot"

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kfbot import git
+from kfbot.cache import cache_dir
 from kfbot.changes import (
     BrokenPairing,
     ChangedKernel,
@@ -18,7 +19,6 @@ from kfbot.changes import (
     compare_with_base,
 )
 from kfbot.commands.action import GPU_HINT, Context, problem_annotations, require_gpu
-from kfbot.commands.common import cache_dir
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.github.action_io import Annotation, Result
 from kfbot.github.events import PullRequestEvent

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kfbot import extras
+from kfbot.cache import cache_dir
 from kfbot.changes import (
     ChangedKernel,
     Comparison,
@@ -34,7 +35,6 @@ from kfbot.changes import (
     given_paths,
     is_kernel_source,
 )
-from kfbot.commands.common import cache_dir
 from kfbot.commands.options import add_repo_arguments
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError

@@ -12,8 +12,8 @@ from pathlib import Path
 from rich.console import Console
 
 from kfbot import credentials, extras
+from kfbot.cache import cache_dir
 from kfbot.commands import progress
-from kfbot.commands.common import cache_dir
 from kfbot.commands.options import add_repo_arguments, duration_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
