@@ -412,7 +412,15 @@ class Comparison:
     @property
     def slower_shapes(self) -> list[str]:
         """Inputs on which the change is significantly slower than the base."""
-        return [t.input for t in self.change.timings if t.speedup.verdict == "slower"]
+        return self.slower_beyond(0.0)
+
+    def slower_beyond(self, threshold: float) -> list[str]:
+        """Inputs on which the change is significantly slower than the base by more than
+        `threshold` (0.05: 5 %): the speedup's whole confidence interval lies below
+        1 / (1 + threshold)."""
+        limit = 1.0 / (1.0 + threshold)
+        return [t.input for t in self.change.timings
+                if t.speedup.verdict == "slower" and t.speedup.ci_high < limit]
 
 
 def compare_with_base(root: Path, base: str, changed: ChangedKernel, gpu: int | None,

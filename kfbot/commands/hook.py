@@ -35,7 +35,7 @@ from kfbot.changes import (
     given_paths,
     is_kernel_source,
 )
-from kfbot.commands.options import add_repo_arguments
+from kfbot.commands.options import add_repo_arguments, percent_argument
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.evaluation import Evaluation
@@ -61,6 +61,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     v.add_argument("--fail-on-slower", action="store_true",
                    help="fail when a kernel got significantly slower on some input "
                         "(default: warn only)")
+    v.add_argument("--slowdown-threshold", type=percent_argument, default=0.0, metavar="PCT",
+                   help="count an input as slower only when it is significantly slower by "
+                        "more than this, e.g. 5%% (default: 0%%, any significant slowdown)")
     v.add_argument("--require-gpu", action="store_true",
                    help="exit 3 when there is no GPU, torch or nvcc (default: skip, exit 0)")
     v.set_defaults(run=run)
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                 return _skipped(str(exc), changed, args.require_gpu)
             print(f"{name}: not verified: {exc}")
             continue
-        failed |= report(name, comparison, base, args.fail_on_slower)
+        failed |= report(name, comparison, base, args.fail_on_slower, args.slowdown_threshold)
     return EXIT_FAILURE if failed else EXIT_OK
 
 
@@ -125,7 +128,8 @@ def _name(item: ChangedKernel) -> str:
     return item.kernel.definition.qualified_name
 
 
-def report(name: str, comparison: Comparison, base: str, fail_on_slower: bool) -> bool:
+def report(name: str, comparison: Comparison, base: str, fail_on_slower: bool,
+           threshold: float = 0.0) -> bool:
     """Print what the comparison of the op of kernels `name` found; True when the hook
     should fail for it."""
     change = comparison.change
@@ -137,11 +141,12 @@ def report(name: str, comparison: Comparison, base: str, fail_on_slower: bool) -
             print(f"  {d.file or '?'}:{d.line or 0}: {d.message}")
         return True
     print(f"{name}: {_summary(change, base)}")
-    slower = comparison.slower_shapes
+    slower = comparison.slower_beyond(threshold)
     if slower:
         mark = "FAILED" if fail_on_slower else "WARNING"
-        print(f"{name}: {mark}: significantly slower than at {base} on {len(slower)} of "
-              f"{len(change.timings)} inputs:")
+        beyond = f" by more than {threshold:.0%}" if threshold else ""
+        print(f"{name}: {mark}: significantly slower than at {base}{beyond} on {len(slower)} "
+              f"of {len(change.timings)} inputs:")
         for t in change.timings:
             if t.input in slower:
                 s = t.speedup

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from kfbot.config import CONFIG_NAMES
-from kfbot.search.budget import parse_duration
+from kfbot.search.budget import parse_duration, parse_percent
 
 
 def add_repo_argument(p: argparse.ArgumentParser, default: Path | None = Path("."),
@@ -38,5 +38,13 @@ def duration_argument(text: str) -> float:
     """A duration with its unit (90s, 30m, 1h30m), in seconds."""
     try:
         return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def percent_argument(text: str) -> float:
+    """A percentage with its sign (5%), as a fraction."""
+    try:
+        return parse_percent(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc

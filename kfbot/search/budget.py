@@ -86,3 +86,18 @@ def parse_duration(text: str) -> float:
     if total <= 0:
         raise ValueError(f"not a duration: {text!r} (try 90s, 30m, 2h or 1h30m)")
     return total
+
+
+def parse_percent(text: str) -> float:
+    """'5%' -> 0.05. The sign is required, as a duration's unit is: `5` could be read
+    as 5 % or as 500 %."""
+    number = text.strip().removesuffix("%")
+    if number == text.strip():
+        raise ValueError(f"not a percentage: {text!r} needs a % sign (try {text.strip()}%)")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"not a percentage: {text!r} (try 5%)") from None
+    if not 0 <= value < 1000:
+        raise ValueError(f"not a percentage from 0% to 1000%: {text!r}")
+    return value / 100
