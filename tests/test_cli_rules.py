@@ -1,7 +1,8 @@
 """The rules every kfbot command follows, checked over the parser so that a new command
 is held to them too: `--repo` and `--verbose` everywhere, help text on every option and
-its default said, durations with a unit, the subcommand's own usage on a bad option,
-and one name for each search setting across the CLI, the Action and the comments."""
+its default said, durations and percentages with a unit, the subcommand's own usage on
+a bad option, and one name for each search setting across the CLI, the Action and the
+comments."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from kfbot.cli import HelpFormatter, build_parser, main
-from kfbot.commands.options import duration_argument
+from kfbot.commands.options import duration_argument, percent_argument
 from kfbot.config import Config
 from kfbot.errors import KfbotError
 from kfbot.github.comments import OPTIONS
@@ -24,6 +25,8 @@ from kfbot.scan.select import select_kernel
 ROOT = Path(__file__).resolve().parents[1]
 # Options that hold a length of time: they must be read with a unit.
 TIME_LIKE = re.compile(r"time|timeout|duration|seconds|interval|wait")
+# Options that hold a share of something: they must be read with a % sign.
+SHARE_LIKE = re.compile(r"threshold|percent|share|fraction")
 
 
 def commands(parser: argparse.ArgumentParser | None = None,
@@ -70,12 +73,16 @@ def test_every_option_has_help_and_says_its_default(path: tuple[str, ...]) -> No
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
-def test_durations_need_a_unit(path: tuple[str, ...]) -> None:
+def test_durations_and_shares_need_a_unit(path: tuple[str, ...]) -> None:
     for action in COMMANDS[path]._actions:
         if action.option_strings and TIME_LIKE.search(action.dest):
             assert action.type is duration_argument, f"{path}: {action.dest}"
-            with pytest.raises(argparse.ArgumentTypeError, match="needs a unit"):
-                duration_argument("30")
+        if action.option_strings and SHARE_LIKE.search(action.dest):
+            assert action.type is percent_argument, f"{path}: {action.dest}"
+    with pytest.raises(argparse.ArgumentTypeError, match="needs a unit"):
+        duration_argument("30")
+    with pytest.raises(argparse.ArgumentTypeError, match="needs a % sign"):
+        percent_argument("5")
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import logging
 import os
 import sys
 import tempfile
@@ -48,6 +49,8 @@ from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.text import printable
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from kfbot.search.llm import LlmMutator
@@ -115,6 +118,7 @@ class Action:
         ctx = Context.from_env(self.env, inputs, self.redact, self.root)
         event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
         mode = _mode(inputs.command, ctx.event_name)
+        log.info("event %s, command %s: %s", ctx.event_name, inputs.command, mode)
         if mode in ("comment", "authorize") and isinstance(event, CommentEvent):
             return comment_mode(ctx, event, authorize_only=mode == "authorize")
         if mode == "guard" and isinstance(event, PullRequestEvent):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from kfbot import extras
@@ -15,6 +16,8 @@ from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+
+log = logging.getLogger(__name__)
 
 
 def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +39,10 @@ def kernel_task(args: argparse.Namespace) -> KernelTask:
     config = load_config(args.config, root)
     report = scan(root, config)
     kernel = select_kernel(report.kernels, args.kernel)
-    return make_task(kernel, root, config)
+    task = make_task(kernel, root, config)
+    log.info("%s: editable files %s; build %s", task.kernel_id, ", ".join(task.editable_files),
+             task.build.kind if task.build is not None else "none found")
+    return task
 
 
 def candidate_of(args: argparse.Namespace, task: KernelTask) -> Candidate:

@@ -4,6 +4,7 @@ comment, the job summary and annotations on the kernels."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from kfbot.github.events import PullRequestEvent
 from kfbot.github.status import State, StatusReport
 from kfbot.scan.scanner import scan
 
+log = logging.getLogger(__name__)
+
 
 def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
     """Verify the kernels a pull request changes and time them against its base branch."""
@@ -33,6 +36,8 @@ def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
     report = scan(ctx.root, config)
     fork_point = merge_base(ctx.root, event.base_sha, event.number)
     changed = changed_kernels(ctx.root, fork_point, report=report)
+    log.info("pull request #%d left %s at %s: %d kernels changed", event.number,
+             event.base_ref, fork_point[:7], len(changed))
     broken = broken_pairings(ctx.root, fork_point, report)
     notes = problem_annotations(report, set(changed_paths(ctx.root, fork_point)))
     notes += tuple(Annotation("warning", b.line(event.base_ref), b.kernel.file,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import shutil
 import sys
@@ -43,6 +44,8 @@ from kfbot.scan.scanner import scan
 
 # Set by pre-commit for pre-push hooks: the commit the remote had before the push.
 FROM_REF_ENV = "PRE_COMMIT_FROM_REF"
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     paths = [p for p in paths if is_kernel_source(p)]
     config = load_config(args.config, root)
     changed = changed_kernels(root, base, paths, scan(root, config)) if paths else []
+    log.info("against %s: %d kernel sources changed, %d kernels touched", base, len(paths),
+             len(changed))
     if not changed:
         print("kfbot hook verify: no kernel changed: nothing to verify")
         return EXIT_OK

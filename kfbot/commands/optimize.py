@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
 import secrets
 import sys
 from pathlib import Path
@@ -34,6 +35,8 @@ from kfbot.search.runner import (
     make_plan,
     optimize,
 )
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,6 +119,8 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
         return EXIT_OK
     run_id = args.resume or f"{task.kernel_name}-{settings.seed}"
     run_dir = task.root / ".kfbot" / "runs" / run_id
+    log.info("%s: run folder %s, executor %s, GPUs %s", task.kernel_id, run_dir,
+             args.executor, gpus or "none visible")
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
     search = functools.partial(search_with_progress, task, settings, run_dir, llm, console)
     engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
@@ -15,6 +17,8 @@ from kfbot.scan.model import ScanReport
 from kfbot.scan.render import json_text, print_table, to_markdown
 from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
+
+log = logging.getLogger(__name__)
 
 # rich is imported only where a table or a progress bar is drawn: a scan piped to a
 # file or another program draws neither, and need not pay for importing it.
@@ -46,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
     # The report is a million small objects that live until the command ends: the
     # cyclic collector would only walk them again and again while it is written.
     with paused_gc():
+        started = time.perf_counter()
         report = _scan_with_progress(root, config, args.jobs)
+        log.info("scanned %d files of %s in %.2f s: %d kernels, %d problems",
+                 report.files_scanned, report.root, time.perf_counter() - started,
+                 len(report.kernels), len(report.problems))
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
             report = dataclasses.replace(report, kernels=tuple(chosen))
