@@ -122,7 +122,7 @@ def _logging(verbose: int) -> None:
     """kfbot's own loggers: warnings by default, `-v` info, `-vv` debug, all to stderr.
     What a command tells its user is printed, not logged."""
     level = logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     form = "kfbot: %(levelname)s: %(message)s" if not verbose else \
         "%(asctime)s %(name)s %(levelname)s: %(message)s"
     handler.setFormatter(logging.Formatter(form))
@@ -130,6 +130,17 @@ def _logging(verbose: int) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+
+
+class _Stderr(logging.Handler):
+    """Writes to `sys.stderr` as it is when a record comes, not when kfbot started: a
+    caller that redirects it (pytest, a wrapper) gets the records."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # logging must never stop a command: say so the logging way
+            self.handleError(record)
 
 
 def entry() -> int:
