@@ -137,6 +137,7 @@ def _syntax(root: Path, sha: str | None, paths: Sequence[str],
     before = base_texts(root, sha, files) if sha is not None else dict.fromkeys(files)
     found = []
     for file in files:
+        # Asked only of a file the base has, so only when there is a base commit.
         lines = functools.partial(changed_lines, root, sha or "", file)
         found += [e for e in syntax_check(file, (root / file).read_bytes(), before[file], lines)
                   if (e.file, e.line) not in reported]

@@ -206,6 +206,6 @@ def syntax_check(file: str, now: bytes, before: bytes | None,
     found = treesitter.syntax_errors(treesitter.parse_cuda(now))
     if found and before is not None and treesitter.syntax_errors(treesitter.parse_cuda(before)):
         lines = changed()
-        found = [e for e in found if any(first <= n <= last for n in lines
-                                         for first, last in [(e[0] - 1, e[1] + 1)])]
+        # A line either side: the parser may notice a missing token a line late or early.
+        found = [e for e in found if any(e[0] - 1 <= n <= e[1] + 1 for n in lines)]
     return [SyntaxProblem(file, first, message) for first, _, message in found]

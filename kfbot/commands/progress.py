@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
+from kfbot.text import printable
+
 if TYPE_CHECKING:  # the Action imports this module before it knows a search will run
     from rich.console import Console
     from rich.table import Table
@@ -154,8 +156,9 @@ def line_of(n: str, ind: Individual, ev: Evaluation | None) -> str:
         verdict = (ev.verdict or "correct") if ev.ok else f"failed at {ev.stage}"
         tail = f"{ev.build_seconds + ev.eval_seconds:.1f} s"
     speed = f"{ind.fitness:.3f}x" if ind.fitness is not None else "-"
+    # A reason can quote a compiler or the repository's tests: shown, never obeyed.
     why = "" if ind.fitness is not None or not ind.reason else \
-        f" ({' '.join(ind.reason.split())[:100]})"
+        f" ({printable(' '.join(ind.reason.split())[:100])})"
     return f"evaluation {n}: island {ind.island}, {ind.origin}: {verdict}{why}, {speed}, {tail}"
 
 
