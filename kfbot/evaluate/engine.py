@@ -33,6 +33,7 @@ from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import capture_signatures
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.scope import scope_findings
 from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
@@ -227,7 +228,8 @@ class Engine:
         """The static anti-cheating rules on the candidate's source, before any build."""
         if not self.settings.static_checks or candidate.hash == ORIGINAL.hash:
             return []
-        return static_findings(static_input(self.task, candidate, self._op_dtypes()))
+        found = static_findings(static_input(self.task, candidate, self._op_dtypes()))
+        return [*found, *scope_findings(self.task, candidate)]
 
     def _op_dtypes(self) -> list[str]:
         sigs = self._signatures or []

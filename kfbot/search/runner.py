@@ -31,6 +31,7 @@ from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.report import to_json as evaluation_json
 from kfbot.evaluate.report import to_markdown as evaluation_markdown
+from kfbot.evaluate.scope import shared_names
 from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
@@ -102,8 +103,9 @@ class Plan:
 
 
 def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
-    mut = Mutators(task, knobs(task.tunables), load_rewrites())
-    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL, mut.rewrites)
+    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites())
+    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
+                                task.kernel_name, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
     return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
 
@@ -152,7 +154,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
-    mut = Mutators(task, knobs(task.tunables), load_rewrites(), llm,
+    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
                    lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
