@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 from kfbot import git
 from kfbot.config import CONFIG_NAMES, Config, load_config
 from kfbot.errors import EXIT_USAGE, KfbotError
-from kfbot.scan.cuda_facts import extract_cuda_facts
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import BuildRecipe, Kernel, ReferenceTest, ScanReport
 from kfbot.scan.scanner import file_facts, scan
@@ -198,12 +197,12 @@ def base_worktree(root: Path, sha: str) -> Iterator[Path]:
 
 
 def scan_base(root: Path, sha: str, config: Config | None = None,
-              cache: Path | None = None) -> ScanReport:
+              cache: Path | None = None, jobs: int | None = None) -> ScanReport:
     """The scan of `root` as it was at commit `sha` (with that commit's config unless
     `config` is given). Paths in the report are relative to root, as in any scan;
-    `cache` is the scan's facts cache, if any."""
+    `cache` is the scan's facts cache, if any, and `jobs` its worker processes."""
     with base_tree(root, sha) as tree:
-        return scan(tree, config or load_config(None, tree), cache=cache)
+        return scan(tree, config or load_config(None, tree), jobs=jobs, cache=cache)
 
 
 # --- changed kernels -------------------------------------------------------------------------
@@ -219,11 +218,13 @@ class ChangedKernel:
 
 
 def changed_kernels(root: Path, base: str = "HEAD", paths: Sequence[str] | None = None,
-                    report: ScanReport | None = None) -> list[ChangedKernel]:
+                    report: ScanReport | None = None,
+                    cache: Path | None = None) -> list[ChangedKernel]:
     """The kernels of the working tree under `root` that a change touches.
 
     `paths` are the changed files relative to `root` (default: `changed_paths(root,
-    base)`); `report` is the working tree's scan when the caller has one already.
+    base)`); `report` is the working tree's scan when the caller has one already, and
+    `cache` the scan's facts cache, if any (the includes are read from it).
     A kernel is touched when a changed file defines or launches it, binds or builds
     its op (the bindings, the build script, a source of its extension that defines no
     other kernel), or is a local header that those files include (followed through
@@ -236,14 +237,15 @@ def changed_kernels(root: Path, base: str = "HEAD", paths: Sequence[str] | None 
         return []
     if report is None:
         report = scan(root, load_config(None, root))
-    includes = _Includes(Path(report.root))
+    includes = _Includes(Path(report.root), cache)
     owned = {k.id: {k.file, *(s.file for s in k.launch_sites)} for k in report.kernels}
     anyone = set().union(*owned.values())
     found = []
     for kernel in report.kernels:
         own = _kernel_files(kernel, anyone - owned[kernel.id])
         hit = own & changed
-        headers = changed - own
+        # Only C/C++/CUDA files are ever included: a changed test needs no include walk.
+        headers = {p for p in changed - own if source_kind(p) == "cuda"}
         if headers:
             hit |= includes.closure(own, _include_dirs(kernel)) & headers
         if hit:
@@ -284,10 +286,12 @@ def _include_dirs(kernel: Kernel) -> tuple[str, ...]:
 
 
 class _Includes:
-    """Local headers reached through quoted `#include`s, each file parsed once."""
+    """Local headers reached through quoted `#include`s, each file read once (from the
+    scan's facts cache when there is one)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cache: Path | None = None) -> None:
         self.root = root
+        self.cache = cache
         self.direct: dict[str, tuple[str, ...]] = {}
 
     def closure(self, files: Iterable[str], include_dirs: Sequence[str]) -> set[str]:
@@ -306,7 +310,8 @@ class _Includes:
                 data = (self.root / path).read_bytes()
             except OSError:
                 data = b""
-            self.direct[path] = extract_cuda_facts(path, data).includes if data else ()
+            cuda = file_facts(self.root, path, data, self.cache)[0] if data else []
+            self.direct[path] = tuple(i for facts in cuda for i in facts.includes)
         found = []
         for spec in self.direct[path]:
             for folder in (posixpath.dirname(path), *include_dirs):

@@ -49,6 +49,7 @@ from kfbot.commands.compile_check import (
 from kfbot.commands.options import add_repo_arguments
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.scan.facts_cache import warm
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import ScanReport
 from kfbot.scan.scanner import scan
@@ -82,13 +83,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     config = load_config(args.config, root)
     facts = cache_dir() / "scan-facts"
-    report = scan(root, config, cache=facts)
-    changed = changed_kernels(root, args.base, paths, report)
+    jobs = 1 if warm(facts) else None
+    report = scan(root, config, jobs=jobs, cache=facts)
+    changed = changed_kernels(root, args.base, paths, report, facts)
     compiles = Compiles(root, to_compile(paths, changed), report.kernels)
     try:  # the base is read while nvcc runs
         sha = resolve_base(root, args.base)
         broken = _pairings(root, args.base, sha, paths, report,
-                           config if args.config else None, facts)
+                           config if args.config else None, facts, jobs)
     finally:
         results = compiles.results()
     syntax = _syntax(root, sha, paths, results, compiles.nvcc is not None)
@@ -113,7 +115,8 @@ def to_compile(paths: Sequence[str], changed: Sequence[ChangedKernel]) -> list[s
 
 
 def _pairings(root: Path, base: str, sha: str | None, paths: Sequence[str],
-              report: ScanReport, config: Config | None, facts: Path) -> list[BrokenPairing]:
+              report: ScanReport, config: Config | None, facts: Path,
+              jobs: int | None) -> list[BrokenPairing]:
     if sha is None:
         print(f"kfbot check: {base} has no commit yet: reference pairing not compared")
         return []
@@ -122,7 +125,8 @@ def _pairings(root: Path, base: str, sha: str | None, paths: Sequence[str],
         log.info("the base is not scanned: no changed file can change a pairing")
         return []
     log.info("the base is scanned: %s", why)
-    return broken_pairings(root, base, report, scan_base(root, sha, config, cache=facts))
+    return broken_pairings(root, base, report,
+                           scan_base(root, sha, config, cache=facts, jobs=jobs))
 
 
 def _syntax(root: Path, sha: str | None, paths: Sequence[str],

@@ -51,6 +51,12 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+def warm(folder: Path) -> bool:
+    """Whether an earlier scan by this scan code left entries in `folder`: then nearly
+    every file is read back, which one process does faster than a pool can start."""
+    return (folder / code_digest()).is_dir()
+
+
 def cached_extract(root: Path, source: SourceFile, data: bytes, folder: Path,
                    extract: Extract) -> FileResult:
     """`extract(exists)`'s result for the file `source`, whose bytes are `data`: from
