@@ -13,7 +13,7 @@ speedup beside both reproductions, then checks that the pull request, report.jso
 the reproductions all name one candidate and that the reproduced speedup is at most 5%
 below the reported one. Exit 0 when all of that holds, 1 when not, 3 without a GPU.
 
-    python bench/reproduce_check.py [--budget-evals 12] [--gpu N] [--keep DIR]
+    python bench/reproduce_check.py [--budget 12] [--gpu N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def run_check(work: Path, budget: int = 12, gpu: int | None = None) -> Check:
     gpu_args = ["--gpu", str(gpu)] if gpu is not None else []
     started = time.monotonic()
     check.optimize = kfbot("optimize", KERNEL, "--repo", str(check.root), "--no-llm",
-                           "--budget-evals", str(budget), "--islands", "2", "--seed", "1",
+                           "--budget", str(budget), "--islands", "2", "--seed", "1",
                            "--publish-dry-run", str(out), *gpu_args, cwd=check.root,
                            timeout=1500, stream=True)
     check.seconds["optimize"] = time.monotonic() - started
@@ -194,16 +194,17 @@ def show(check: Check) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget-evals", type=int, default=12)
+    parser.add_argument("--budget", type=int, default=12, metavar="N",
+                        help="evaluations of the search (default 12)")
     parser.add_argument("--gpu", type=int, default=None)
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
     args = parser.parse_args(argv)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=False)
-        check = run_check(args.keep, args.budget_evals, args.gpu)
+        check = run_check(args.keep, args.budget, args.gpu)
     else:
         with tempfile.TemporaryDirectory(prefix="kfbot-reproduce-check-") as tmp:
-            check = run_check(Path(tmp), args.budget_evals, args.gpu)
+            check = run_check(Path(tmp), args.budget, args.gpu)
     if check.no_gpu:
         print("no CUDA GPU: kfbot optimize exited 3", file=sys.stderr)
         return EXIT_NO_GPU

@@ -17,23 +17,33 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kfbot.commands.common import cache_dir
+from kfbot import extras
+from kfbot.cache import cache_dir
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate.reproduction import Reproduction
-from kfbot.search.runfolder import reproduce_run
+from kfbot.search.runfolder import read_record, reproduce_run
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("reproduce", help="re-time a run's committed patch with a second timer")
+    p = sub.add_parser("reproduce", help="re-time a run's committed patch with a second timer",
+                       description="Apply a run's committed patch to a clean copy of the "
+                                   "commit it started from, build it the repository's way "
+                                   "and time it against the original with a second timer "
+                                   "(GPU): reported vs reproduced speedup, per shape.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                   help="the run folder, .kfbot/runs/<run id>/ of the repository")
-    p.add_argument("--gpu", type=int, default=None, help="GPU index (default: the first)")
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+                   help="the run folder, .kfbot/runs/<run id>/ in the repository")
+    p.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="GPU index (default: the first)")
+    p.add_argument("--json", action="store_true",
+                   help="print the figures as JSON: shapes, speedup (geometric means)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    found = reproduce_run(args.run_dir.resolve(), cache_dir(), args.gpu)
+    folder = args.run_dir.resolve()
+    read_record(folder)  # a folder that is not a run: said before anything is needed
+    extras.require("torch", "kfbot reproduce")  # the timing worker runs this interpreter
+    found = reproduce_run(folder, cache_dir(), args.gpu)
     if args.json:
         sys.stdout.write(json.dumps({"run": str(args.run_dir), **found.to_json()}, indent=1)
                          + "\n")

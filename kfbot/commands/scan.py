@@ -1,19 +1,24 @@
-"""`kfbot scan [PATH]`: list every kernel, how it is built, reached and tested."""
+"""`kfbot scan [--repo DIR]`: list every kernel, how it is built, reached and tested."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
+import time
 from pathlib import Path
 
+from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
 from kfbot.config import Config, load_config
-from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import json_text, print_table, to_markdown
 from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
+
+log = logging.getLogger(__name__)
 
 # rich is imported only where a table or a progress bar is drawn: a scan piped to a
 # file or another program draws neither, and need not pay for importing it.
@@ -22,26 +27,34 @@ PROGRESS_MIN_FILES = 500
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("scan", help="find CUDA kernels, their builds, bindings and tests")
-    p.add_argument("path", nargs="?", default=".", help="repository folder (default: .)")
-    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
-    p.add_argument("--kernel", action="append", default=[],
-                   help="show only this kernel (name, ns::name or file::name); repeatable")
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_const", const="json", dest="format",
-                     help="print the JSON report (schema: kfbot/schemas/scan-v1.json)")
-    fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p = sub.add_parser("scan", help="find CUDA kernels, their builds, bindings and tests",
+                       description="List every CUDA kernel of a repository: where it is "
+                                   "defined and launched, how Python reaches it, how it is "
+                                   "built, its tunables and its PyTorch reference tests.")
+    p.add_argument("path", nargs="?", type=Path, metavar="PATH",
+                   help="the same as --repo, which every command takes")
+    add_repo_argument(p, default=None, help="the repository folder (default: .)")
+    add_config_argument(p)
+    p.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                   help="show only this kernel (name, ns::name or file::name); repeatable "
+                        "(default: every kernel)")
+    add_format_arguments(p, "print the JSON report (schema: kfbot/schemas/scan-v1.json)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes (default: one per core)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    root = Path(args.path)
+    root = _root(args.path, args.repo)
     config = load_config(args.config, root)
     # The report is a million small objects that live until the command ends: the
     # cyclic collector would only walk them again and again while it is written.
     with paused_gc():
+        started = time.perf_counter()
         report = _scan_with_progress(root, config, args.jobs)
+        log.info("scanned %d files of %s in %.2f s: %d kernels, %d problems",
+                 report.files_scanned, report.root, time.perf_counter() - started,
+                 len(report.kernels), len(report.problems))
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
             report = dataclasses.replace(report, kernels=tuple(chosen))
@@ -51,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
               f"({report.files_scanned} source files scanned)", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _root(path: Path | None, repo: Path | None) -> Path:
+    """`kfbot scan PATH` is `kfbot scan --repo PATH`; given both, they must agree."""
+    if path is not None and repo is not None and path.resolve() != repo.resolve():
+        raise KfbotError(f"two repositories given: {path} and --repo {repo}; give one")
+    return path or repo or Path(".")
 
 
 def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanReport:

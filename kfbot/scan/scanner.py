@@ -16,7 +16,8 @@ from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.assemble import assemble
 from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
-from kfbot.scan.files import Inventory, SourceFile, collect
+from kfbot.scan.facts_cache import FileResult, cached_extract
+from kfbot.scan.files import Inventory, SourceFile, collect, source_kind
 from kfbot.scan.link import Linker
 from kfbot.scan.model import CudaFileFacts, Problem, PyFileFacts, ScanReport
 from kfbot.scan.python_facts import extract_python_facts
@@ -28,14 +29,15 @@ PARALLEL_THRESHOLD = 200
 BATCH = 64
 
 Progress = Callable[[int, int], None]
-FileResult = tuple[list[CudaFileFacts], list[PyFileFacts], list[Problem]]
 
 
 def scan(root: Path, config: Config, progress: Progress | None = None,
-         jobs: int | None = None) -> ScanReport:
+         jobs: int | None = None, cache: Path | None = None) -> ScanReport:
+    """The scan of the repository at `root`; with `cache`, a folder where each file's
+    facts are kept by its content (kfbot.scan.facts_cache), for scans run often."""
     root = _check_root(root)
     with paused_gc():
-        with _Extraction(root, jobs or os.cpu_count() or 1) as extraction:
+        with _Extraction(root, jobs or os.cpu_count() or 1, cache) as extraction:
             inventory = collect(root, config.scan, on_file=extraction.add)
             cuda, python, problems = extraction.results(progress)
         return _report(root, config, inventory, cuda, python, problems)
@@ -82,7 +84,7 @@ def _check_root(root: Path) -> Path:
     return root.resolve()
 
 
-Batch = tuple[str, list[SourceFile]]
+Batch = tuple[str, list[SourceFile], str | None]  # root, files, the facts cache
 
 
 class _Extraction:
@@ -94,9 +96,10 @@ class _Extraction:
     walk overlap with reading.
     """
 
-    def __init__(self, root: Path, jobs: int) -> None:
+    def __init__(self, root: Path, jobs: int, cache: Path | None = None) -> None:
         self.root = str(root)
         self.jobs = jobs
+        self.cache = str(cache) if cache is not None else None
         self.found = 0
         self.filling: list[SourceFile] = []
         self.waiting: list[list[SourceFile]] = []  # full batches no pool has been handed
@@ -147,7 +150,7 @@ class _Extraction:
             self.pool = _start_pool(self.jobs)
         if self.pool is not None:
             for files in self.waiting:
-                task = self.pool.apply_async(_extract_batch, ((self.root, files),))
+                task = self.pool.apply_async(_extract_batch, ((self.root, files, self.cache),))
                 self.sent.append((task, len(files)))
             self.waiting = []
 
@@ -155,7 +158,7 @@ class _Extraction:
         for task, count in self.sent:
             yield task.get(), count
         for files in self.waiting:  # only when no pool was started
-            yield _extract_batch((self.root, files)), len(files)
+            yield _extract_batch((self.root, files, self.cache)), len(files)
 
 
 def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
@@ -169,8 +172,8 @@ def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
 
 
 def _extract_batch(batch: Batch) -> list[FileResult]:
-    root = Path(batch[0])
-    return [extract_file(root, f) for f in batch[1]]
+    root, cache = Path(batch[0]), Path(batch[2]) if batch[2] is not None else None
+    return [extract_file(root, f, cache) for f in batch[1]]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -179,14 +182,34 @@ def _exists(root: Path, rel: str) -> bool:
     return (root / rel).exists()
 
 
-def extract_file(root: Path, source: SourceFile) -> FileResult:
+def extract_file(root: Path, source: SourceFile, cache: Path | None = None) -> FileResult:
     """Facts from one file; a file that cannot be read becomes a Problem, never an error."""
     data, problem = _read(source)
     if data is None:
         return [], [], [problem] if problem else []
+    return _extracted(root, source, data, cache)
+
+
+def file_facts(root: Path, rel: str, data: bytes, cache: Path | None = None) -> FileResult:
+    """The facts of `data` read as the file `rel` under `root`: for a version of a file
+    that is not on disk (as it was at a commit)."""
+    kind = source_kind(rel)
+    if kind is None or not data.strip() or b"\0" in data[:8192]:
+        return [], [], []
+    return _extracted(root, SourceFile(rel, root / rel, kind), data, cache)
+
+
+def _extracted(root: Path, source: SourceFile, data: bytes, cache: Path | None) -> FileResult:
+    extract = functools.partial(_facts, source, data)
+    if cache is not None:
+        return cached_extract(root, source, data, cache, extract)
+    return extract(lambda rel: _exists(root, rel))
+
+
+def _facts(source: SourceFile, data: bytes, exists: Callable[[str], bool]) -> FileResult:
     if source.kind == "cuda":
         return [extract_cuda_facts(source.rel, data)], [], []
-    facts = extract_python_facts(source.rel, data, lambda rel: _exists(root, rel))
+    facts = extract_python_facts(source.rel, data, exists)
     inline = [extract_cuda_facts(source.rel, s.text.encode(), s.line_offset)
               for s in facts.inline_sources if s.text]
     return inline, [facts], []
