@@ -91,6 +91,15 @@ def test_without_a_gpu_it_applies_the_patch_then_says_so(repo: tuple[Path, Path]
     assert "kBlockSize = 128" in (root / "csrc" / "gelu_kernel.cu").read_text()
 
 
+def test_a_run_id_names_a_folder_of_the_repository(repo: tuple[Path, Path]) -> None:
+    root, run_dir = repo
+    done = _kfbot("reproduce", run_dir.name, "--repo", str(root), cwd=root.parent)
+    assert done.returncode == 3 and "no CUDA GPU" in done.stderr  # found, then no GPU
+    missing = _kfbot("reproduce", "gelu-9", "--repo", str(root), cwd=root.parent)
+    assert missing.returncode == 2
+    assert f"{root / '.kfbot' / 'runs' / 'gelu-9'}: no report.json" in missing.stderr
+
+
 def test_a_folder_that_is_not_a_run_is_refused(repo: tuple[Path, Path], tmp_path: Path) -> None:
     root, run_dir = repo
     done = _kfbot("reproduce", str(tmp_path), cwd=root)

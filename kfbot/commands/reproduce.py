@@ -19,6 +19,7 @@ from rich.table import Table
 
 from kfbot import extras
 from kfbot.cache import cache_dir
+from kfbot.commands.options import add_repo_argument
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate.reproduction import Reproduction
 from kfbot.search.runfolder import read_record, reproduce_run
@@ -31,7 +32,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "and time it against the original with a second timer "
                                    "(GPU): reported vs reproduced speedup, per shape.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                   help="the run folder, .kfbot/runs/<run id>/ in the repository")
+                   help="the run folder, .kfbot/runs/<run id>/ in the repository, or its "
+                        "run id")
+    add_repo_argument(p, help="the repository whose .kfbot/runs/ holds a RUN_DIR given as a "
+                              "run id")
     p.add_argument("--gpu", type=int, default=None, metavar="N",
                    help="GPU index (default: the first)")
     p.add_argument("--json", action="store_true",
@@ -40,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    folder = args.run_dir.resolve()
+    folder = _folder(args.run_dir, args.repo)
     read_record(folder)  # a folder that is not a run: said before anything is needed
     extras.require("torch", "kfbot reproduce")  # the timing worker runs this interpreter
     found = reproduce_run(folder, cache_dir(), args.gpu)
@@ -50,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(found, Console())
     return EXIT_OK if found.agrees else EXIT_FAILURE
+
+
+def _folder(run_dir: Path, repo: Path) -> Path:
+    """RUN_DIR as a path, else as a run id of the repository."""
+    if run_dir.is_dir() or len(run_dir.parts) > 1:
+        return run_dir.resolve()
+    return (repo / ".kfbot" / "runs" / run_dir).resolve()
 
 
 def _table(found: Reproduction, console: Console) -> None:
