@@ -44,7 +44,7 @@ from kfbot.evaluate.diagnostics import (
     resource_diagnostics,
 )
 from kfbot.evaluate.model import Diagnostic, KernelResources
-from kfbot.evaluate.worker import scrubbed_env
+from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.model import BuildRecipe, InlineSource
 
@@ -1027,7 +1027,7 @@ class Builder:
                 done = subprocess.run(
                     list(command),
                     cwd=cwd,
-                    env=scrubbed_env(os.environ),  # a candidate can #include what it sees
+                    env=untrusted_env(),  # a candidate can #include what it sees
                     input=stdin,
                     text=True,
                     stdout=subprocess.PIPE,

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import kfbot
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.signature import (
     CAPTURE_ENV,
     DEFAULT_MAX_CALLS,
@@ -36,7 +37,6 @@ from kfbot.evaluate.signature import (
     CaptureRequest,
     OpRef,
 )
-from kfbot.evaluate.worker import scrubbed_env
 
 PLUGIN = "kfbot.evaluate.capture"
 TAIL_BYTES = 8 * 1024
@@ -97,7 +97,7 @@ def capture_env(
     request: CaptureRequest, extra_env: Mapping[str, str] | None, import_dir: Path
 ) -> dict[str, str]:
     """The tests' environment: ours without secrets, the request, and kfbot importable."""
-    env = scrubbed_env(os.environ, extra_env)
+    env = untrusted_env(extra_env)
     old = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     env["PYTHONPATH"] = os.pathsep.join([str(import_dir), *old])
     env[CAPTURE_ENV] = json.dumps(request.to_json())
