@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import posixpath
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from kfbot.scan.cpp_graph import CallGraph, lookup_names
+from kfbot.scan.cuda_facts import extract_cuda_facts
+from kfbot.scan.cuda_macros import MacroExpander
 from kfbot.scan.model import (
     Binding,
     BuildRecipe,
@@ -24,8 +26,6 @@ from kfbot.scan.model import (
     PyFileFacts,
     ReferenceTest,
 )
-
-MAX_CALL_DEPTH = 6
 
 
 @dataclass
@@ -47,7 +47,16 @@ class Linker:
         for build in self.builds:
             for f in self._unit(build):
                 self._builds_by_file[f].append(build)
-        self.callers = _callers(self.cuda)
+        expander = MacroExpander(self.cuda, self.closure, extract_cuda_facts)
+        # Launches and calls found inside macro expansions, as facts of the files
+        # that invoke the macros.
+        self.expanded = expander.facts()
+        self.problems += expander.problems
+        self.graph = CallGraph([*self.cuda, *self.expanded])
+        self.aliases: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for facts in self.cuda:
+            for name, value in facts.aliases:
+                self.aliases[name].append((facts.file, value))
 
     # --- files, includes and build units ------------------------------------------
 
@@ -81,8 +90,8 @@ class Linker:
     # --- launches -> kernels ----------------------------------------------------------
 
     def resolve_launch(self, site: LaunchSite) -> list[KernelDef]:
-        for qname in _lookup_names(site.kernel, site.scope, self.using.get(site.file, ())):
-            found = self.by_qname.get(qname)
+        for group in lookup_names(site.kernel, site.scope, self.using.get(site.file, ())):
+            found = [k for qname in group for k in self.by_qname.get(qname, ())]
             if found:
                 return self._visible(site, found)
         return []
@@ -103,39 +112,21 @@ class Linker:
                                      "info"))
         return []
 
-    # --- host functions -> bindings ---------------------------------------------------
+    # --- bindings -----------------------------------------------------------------------
 
-    def reaching_functions(self, launchers: Iterable[str]) -> set[str]:
-        """Host functions that call any of `launchers`, directly or through others."""
-        reached: set[str] = set()
-        frontier = {_last(f) for f in launchers}
-        for _ in range(MAX_CALL_DEPTH):
-            new = frontier - reached
-            if not new:
-                break
-            reached |= new
-            frontier = {c for f in new for c in self.callers.get(f, ())}
-        return reached
+    def bound_functions(self, binding: Binding) -> list[str]:
+        """The host functions a binding names, resolved: its function and the ones it
+        hands to it as template arguments."""
+        names = [binding.cpp_function] if binding.cpp_function else []
+        return [fn for name in [*names, *binding.reaches]
+                for fn in self.graph.resolve(name, "", binding.file)]
 
-
-def _lookup_names(callee: str, scope: str, using: tuple[str, ...]) -> list[str]:
-    if callee.startswith("::"):
-        return [callee[2:]]
-    parts = scope.split("::") if scope else []
-    names = ["::".join([*parts[:i], callee]) for i in range(len(parts), -1, -1)]
-    return names + [f"{u}::{callee}" for u in using]
-
-
-def _last(name: str) -> str:
-    return name.rsplit("::", 1)[-1]
-
-
-def _callers(cuda: list[CudaFileFacts]) -> dict[str, set[str]]:
-    callers: dict[str, set[str]] = defaultdict(set)
-    for f in cuda:
-        for call in f.host_calls:
-            callers[_last(call.callee)].add(_last(call.caller))
-    return callers
+    def alias(self, name: str, file: str) -> str | None:
+        """What `#define name value` makes `name` in `file` (a namespace macro)."""
+        found = self.aliases.get(name, [])
+        seen = self.closure(file)
+        visible = [v for f, v in found if f in seen] or [v for _, v in found]
+        return visible[0] if len(set(visible)) == 1 else None
 
 
 def _include_graph(cuda: list[CudaFileFacts], files: set[str]) -> dict[str, list[str]]:
