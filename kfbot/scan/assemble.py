@@ -8,13 +8,7 @@ from dataclasses import replace
 from kfbot.scan.cuda_facts import NUMBER
 from kfbot.scan.dispatch import dispatches
 from kfbot.scan.kernel_paths import BoundPath, Reach
-from kfbot.scan.link import (
-    Linker,
-    inline_bindings,
-    match_reference,
-    module_names,
-    torch_extension_module,
-)
+from kfbot.scan.link import Linker, inline_bindings, torch_extension_module
 from kfbot.scan.model import (
     Binding,
     BuildRecipe,
@@ -22,9 +16,9 @@ from kfbot.scan.model import (
     Kernel,
     KernelDef,
     LaunchSite,
-    ReferenceTest,
     Tunable,
 )
+from kfbot.scan.pairing import attach_references
 
 
 def assemble(linker: Linker) -> list[Kernel]:
@@ -37,6 +31,7 @@ def assemble(linker: Linker) -> list[Kernel]:
         facts_by_file[f.file].append(f)
     kernels = []
     paths: list[tuple[str, BoundPath]] = []
+    by_kernel: dict[str, dict[Binding, BoundPath]] = {}
     for kdef in linker.kernels:
         sites = tuple(launches.get(kdef, ()))
         builds = _builds(linker, kdef, sites)
@@ -51,10 +46,11 @@ def assemble(linker: Linker) -> list[Kernel]:
         )
         kernels.append(kernel)
         paths += [(kernel.id, p) for p in bound]
+        by_kernel[kernel.id] = {p.binding: p for p in bound}
     chosen = dispatches(paths, linker.graph.defined)
     kernels = [replace(k, dispatch=tuple(chosen[k.id])) if k.id in chosen else k
                for k in kernels]
-    return _attach_references(linker, kernels, bindings)
+    return attach_references(linker, kernels, bindings, by_kernel)
 
 
 def _launches_by_kernel(linker: Linker) -> dict[KernelDef, list[LaunchSite]]:
@@ -136,23 +132,3 @@ def _launch_tunables(sites: tuple[LaunchSite, ...]) -> list[Tunable]:
                 out.append(Tunable(name=name, value=value, kind="launch_config", file=s.file,
                                    line=s.line))
     return out
-
-
-def _attach_references(linker: Linker, kernels: list[Kernel],
-                       bindings: list[Binding]) -> list[Kernel]:
-    # Grouped by op name: a reference only ever pairs with bindings of the name it calls.
-    candidates: dict[str, list[tuple[Binding, set[str]]]] = defaultdict(list)
-    for b in bindings:
-        candidates[b.name].append((b, module_names(b, linker.builds_of(b.file))))
-    holders: dict[Binding, list[int]] = defaultdict(list)
-    for i, k in enumerate(kernels):
-        for b in k.bindings:
-            holders[b].append(i)
-    refs: dict[int, dict[tuple[str, int, str], ReferenceTest]] = defaultdict(dict)
-    for facts in linker.python:
-        for ref in facts.references:
-            for binding, paired in match_reference(ref, candidates.get(ref.op_name, [])):
-                for i in holders.get(binding, ()):
-                    refs[i].setdefault((paired.file, paired.line, paired.op), paired)
-    return [replace(k, references=tuple(refs[i].values())) if i in refs else k
-            for i, k in enumerate(kernels)]

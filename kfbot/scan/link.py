@@ -10,6 +10,7 @@ by name and, when the test says which module it loaded, by module.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -33,13 +34,14 @@ class Linker:
     cuda: list[CudaFileFacts]
     python: list[PyFileFacts]
     problems: list[Problem] = field(default_factory=list)
+    inventory: tuple[str, ...] = ()  # every source file of the scan, for build globs
 
     def __post_init__(self) -> None:
         self.kernels = [k for f in self.cuda for k in f.kernels]
         self.by_qname: dict[str, list[KernelDef]] = defaultdict(list)
         for k in self.kernels:
             self.by_qname[k.qualified_name].append(k)
-        self.builds = [b for f in self.python for b in f.builds]
+        self.builds = [self._expanded(b) for f in self.python for b in f.builds]
         self.files = {f.file for f in self.cuda}
         self.includes = _include_graph(self.cuda, self.files)
         self.using = {f.file: f.using_namespaces for f in self.cuda}
@@ -59,6 +61,26 @@ class Linker:
                 self.aliases[name].append((facts.file, value))
 
     # --- files, includes and build units ------------------------------------------
+
+    def _expanded(self, build: BuildRecipe) -> BuildRecipe:
+        """The build with the globs among its sources (`csrc/*.cu`) matched against the
+        repository's files; a glob that matches nothing is a warning."""
+        if not any(_GLOB.search(s) for s in build.sources):
+            return build
+        sources: list[str] = []
+        notes = list(build.cannot_tell)
+        for source in build.sources:
+            if not _GLOB.search(source):
+                sources.append(source)
+                continue
+            pattern = _glob_pattern(source)
+            matched = sorted(f for f in self.inventory if pattern.match(f))
+            sources += matched
+            if not matched:
+                message = f"the source glob `{source}` matches no file of the repository"
+                self.problems.append(Problem(build.file, build.line, message))
+                notes.append(f"{build.file}:{build.line}: {message}")
+        return replace(build, sources=tuple(dict.fromkeys(sources)), cannot_tell=tuple(notes))
 
     def closure(self, file: str) -> set[str]:
         """The file and every header it includes, transitively."""
@@ -129,6 +151,25 @@ class Linker:
         return visible[0] if len(set(visible)) == 1 else None
 
 
+_GLOB = re.compile(r"[*?\[]")
+
+
+def _glob_pattern(glob: str) -> re.Pattern[str]:
+    """A glob as `glob.glob(..., recursive=True)` reads it: `*` stays in one folder,
+    `**/` crosses any number of them."""
+    out = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+            continue
+        ch = glob[i]
+        out.append("[^/]*" if ch == "*" else "[^/]" if ch == "?" else re.escape(ch))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
 def _include_graph(cuda: list[CudaFileFacts], files: set[str]) -> dict[str, list[str]]:
     by_suffix: dict[str, list[str]] = defaultdict(list)
     for f in files:
@@ -152,10 +193,12 @@ def _resolve_include(src: str, inc: str, files: set[str],
 
 
 def torch_extension_module(binding: Binding, builds: list[BuildRecipe]) -> Binding:
-    """pybind11 modules named TORCH_EXTENSION_NAME take the name of the build."""
-    if binding.module != "TORCH_EXTENSION_NAME" or len(builds) != 1:
+    """pybind11 modules named TORCH_EXTENSION_NAME take the name of the build (several
+    builds of the same sources under one name, e.g. by two scripts, are one)."""
+    names = {b.name for b in builds}
+    if binding.module != "TORCH_EXTENSION_NAME" or len(names) != 1:
         return binding
-    return replace(binding, module=builds[0].name)
+    return replace(binding, module=names.pop())
 
 
 def inline_bindings(builds: list[BuildRecipe]) -> list[Binding]:

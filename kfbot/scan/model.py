@@ -277,6 +277,26 @@ class CudaFileFacts:
 
 
 @dataclass(frozen=True)
+class PySymbol:
+    """A name a Python file defines or imports at its top level, and where using it
+    leads, for following calls from module to module.
+
+    Paths are written as imports are: absolute ("fusedact._C.gelu_fwd") or relative to
+    the file's folder (".functional.fused_gelu"; a name of the file itself is
+    ".<module>.<name>", or ".<name>" in an `__init__.py`).
+    """
+
+    name: str  # "fused_gelu", "GeluFunction", "GeluFunction.forward", "ops"
+    line: int
+    kind: Literal["function", "class", "variable", "import", "extension"]
+    # function: what it calls, hands over or returns; class: its bases; variable and
+    # import: what it is bound to. Each with its line.
+    targets: tuple[tuple[str, int], ...] = ()
+    extension: str | None = None  # kind "extension": the build or torch.ops namespace
+    compares: tuple[int, int] | None = None  # a helper comparing two of its parameters
+
+
+@dataclass(frozen=True)
 class PyFileFacts:
     """Everything one Python file says about builds, inline sources and reference tests."""
 
@@ -285,6 +305,7 @@ class PyFileFacts:
     inline_sources: tuple[InlineSource, ...] = ()
     references: tuple[ReferenceTest, ...] = ()
     problems: tuple[Problem, ...] = ()
+    symbols: tuple[PySymbol, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class Scope:
     calls: list[ast.Call] = field(default_factory=list)
     compares: list[ast.Compare] = field(default_factory=list)
     returns: list[ast.expr] = field(default_factory=list)
+    asserts: list[ast.Assert] = field(default_factory=list)
     globals_: set[str] = field(default_factory=set)
     builds: list[str] = field(default_factory=list)
 
@@ -155,7 +156,7 @@ _LEAVES = frozenset({ast.Name, ast.Constant, ast.alias} | {
     for cls in base.__subclasses__()})
 _RECORDED = frozenset({ast.Compare, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr,
                        ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Import,
-                       ast.ImportFrom, ast.Global, ast.Return, ast.Yield})
+                       ast.ImportFrom, ast.Global, ast.Return, ast.Yield, ast.Assert})
 # Nodes whose only child the walk visits is `value` and which record nothing themselves:
 # the walk steps straight through them (`a.b.c` costs one step, not three).
 _THROUGH = frozenset({ast.Attribute, ast.keyword, ast.Expr, ast.Starred, ast.Await})
@@ -337,6 +338,8 @@ class ScopeIndex:
             self._bind_target(node.target, node.value, scope, node.end_lineno or node.lineno)
         elif isinstance(node, ast.Global):
             scope.globals_.update(node.names)
+        elif isinstance(node, ast.Assert):
+            scope.asserts.append(node)
 
     def _assign(self, targets: list[ast.expr], value: ast.expr, scope: Scope,
                 stmt: ast.stmt) -> None:

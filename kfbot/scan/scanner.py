@@ -44,7 +44,7 @@ def scan(root: Path, config: Config, progress: Progress | None = None,
 def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFileFacts],
             python: list[PyFileFacts], problems: list[Problem]) -> ScanReport:
     """Link the facts into kernels, and list them and every problem in a stable order."""
-    linker = Linker(cuda, python)
+    linker = Linker(cuda, python, inventory=tuple(f.rel for f in inventory.files))
     kernels = apply_tasks(assemble(linker), config)
     kernels.sort(key=lambda k: (k.file, k.definition.line, k.name))
     all_problems = [*inventory.problems, *problems, *linker.problems,
