@@ -346,3 +346,20 @@ def test_script_reference(capsys: pytest.CaptureFixture[str]) -> None:
         assert [(b["kind"], b["name"]) for b in k["builds"]] == [
             ("load", "script_act"), ("load", "script_act")]
         assert k["builds"][0]["sources"] == ["csrc/activations.cpp", "csrc/activations.cu"]
+
+
+def test_kernel_builder_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("kernel_builder", capsys)
+    assert sorted(ks) == ["kb_norm/fused_add_rms_norm.cu::kb_norm::fused_add_rms_norm_kernel",
+                          "kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
+    for k in ks.values():
+        (op,) = {b["name"] for b in k["bindings"]}
+        assert {b["module"] for b in k["bindings"]} == {"kb_norm"}
+        assert [(b["kind"], b["name"], b["package_dir"]) for b in k["builds"]] == [
+            ("kernel_builder", "kb_norm", "torch-ext/kb_norm")]
+        assert _reference_files(k) == [f"tests/test_{op}.py"]
+    rms = ks["kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
+    assert [r["line"] for r in rms["references"]] == [18, 27]
+    layer = rms["references"][1]
+    assert [s["name"] for s in layer["chain"][:2]] == [
+        "test_rms_norm_layer calls layer", "kb_norm.layers.RMSNorm.forward"]

@@ -61,23 +61,28 @@ class CallGraph:
                 self._add(facts.file, call)
 
     def _add(self, file: str, call: HostCall) -> None:
-        for callee in self.resolve(call.callee, call.scope, file, call.arity):
+        for callee in self.resolve(call.callee, call.scope, file, call.arity,
+                                   anywhere=not call.bare):
             if callee != call.caller:
                 self.callers[callee].append(
                     Edge(call.caller, callee, file, call.line, call.conditions))
 
-    def resolve(self, name: str, scope: str, file: str, arity: int = -1) -> list[str]:
-        """The defined functions a call of `name` from `scope` in `file` means."""
+    def resolve(self, name: str, scope: str, file: str, arity: int = -1,
+                anywhere: bool = True) -> list[str]:
+        """The defined functions a call of `name` from `scope` in `file` means; with
+        `anywhere`, the one function of that name in the repository as a last resort."""
         for group in lookup_names(name, scope, self.using.get(file, ())):
             found = [n for n in group if n in self.defined]
             if found:
                 return self._fitting(found, arity) or found
+        if not anywhere:
+            return []
         last = name.rsplit("::", 1)[-1]
         suffix = "::" + name.lstrip(":")
-        anywhere = [n for n in self.by_last.get(last, ())
-                    if n == name.lstrip(":") or n.endswith(suffix)]
-        anywhere = self._fitting(anywhere, arity) or anywhere
-        return anywhere if len(anywhere) == 1 else []
+        named = [n for n in self.by_last.get(last, ())
+                 if n == name.lstrip(":") or n.endswith(suffix)]
+        named = self._fitting(named, arity) or named
+        return named if len(named) == 1 else []
 
     def _fitting(self, names: list[str], arity: int) -> list[str]:
         if arity < 0:

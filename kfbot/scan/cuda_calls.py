@@ -93,15 +93,16 @@ def _calls(ctx: Ctx) -> Iterable[HostCall]:
             params = _param_names(ctx, fn)
             for node, name in _named(ref):
                 if name not in params:  # a parameter is a value, never a function here
-                    yield _edge(ctx, fn, node, name, -1)
+                    yield _edge(ctx, fn, node, name, -1, bare=node.type == "identifier")
 
 
-def _edge(ctx: Ctx, fn: Node, site: Node, callee: str, arity: int) -> HostCall:
+def _edge(ctx: Ctx, fn: Node, site: Node, callee: str, arity: int,
+          bare: bool = False) -> HostCall:
     caller = ctx.function_name(fn) or "?"
     scope = caller.rsplit("::", 1)[0] if "::" in caller else ""
     return HostCall(caller=caller, callee=callee, scope=scope, arity=arity,
                     line=ctx.line(site), reference=arity < 0,
-                    conditions=ctx.conditions_at(site, fn))
+                    conditions=ctx.conditions_at(site, fn), bare=bare)
 
 
 def _named(ref: Node) -> list[tuple[Node, str]]:

@@ -151,7 +151,11 @@ class MacroExpander:
         defn = self._visible(use.name, use.file)
         if defn is None:
             return None
-        text = self._expand(substitute(defn, list(use.args)), use.file, [defn.name], use)
+        # Arguments are expanded before they are put in, as the preprocessor does: a macro
+        # nested in its own argument (BOOL_SWITCH(a, A, [&] { BOOL_SWITCH(...) })) is
+        # not a macro expanding to itself.
+        args = [self._expand(a, use.file, [], use) for a in use.args]
+        text = self._expand(substitute(defn, args), use.file, [defn.name], use)
         if "<<<" not in text and "cudaLaunch" not in text:
             return None  # calls through macros are already followed by their arguments
         wrapped = f"void {_WRAPPER}() {{ {' '.join(text.split())} ; }}\n"
@@ -185,7 +189,8 @@ class MacroExpander:
             if name in stack or len(stack) >= MAX_DEPTH or len(text) > MAX_TEXT:
                 self._report(use, [*stack, name])
                 continue
-            args = split_args(text[match.end():close - 1])
+            args = [self._expand(a, file, stack, use)
+                    for a in split_args(text[match.end():close - 1])]
             inner = self._expand(substitute(defn, args), file, [*stack, name], use)
             out += [text[pos:match.start()], inner]
             pos = close

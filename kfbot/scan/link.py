@@ -35,6 +35,7 @@ class Linker:
     python: list[PyFileFacts]
     problems: list[Problem] = field(default_factory=list)
     inventory: tuple[str, ...] = ()  # every source file of the scan, for build globs
+    unfollowed: list[str] = field(default_factory=list)  # see ScanReport.unfollowed
 
     def __post_init__(self) -> None:
         self.kernels = [k for f in self.cuda for k in f.kernels]

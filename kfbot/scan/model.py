@@ -219,6 +219,9 @@ class HostCall:
     line: int = 0
     reference: bool = False
     conditions: tuple[str, ...] = ()  # as LaunchSite.conditions
+    # A bare name handed over as a value (`run(launch)`): it may as well be a variable,
+    # so it only counts where the scope it is written in sees a function of that name.
+    bare: bool = False
 
 
 @dataclass(frozen=True)
@@ -366,3 +369,6 @@ class ScanReport:
     problems: tuple[Problem, ...] = ()
     files_scanned: int = 0
     skipped_dirs: tuple[str, ...] = field(default=())
+    # Calls from tests into the repository's Python code that led to no op, each
+    # "test file:line: test calls NAME; the first link not followed: file:line: why".
+    unfollowed: tuple[str, ...] = ()

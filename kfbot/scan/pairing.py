@@ -34,7 +34,7 @@ def attach_references(linker: Linker, kernels: list[Kernel], bindings: list[Bind
     for b in bindings:
         candidates[b.name].append((b, module_names(b, linker.builds_of(b.file))))
     extensions = {b.name for b in linker.builds} | {b.module for b in bindings}
-    graph = PyGraph(linker.python, linker.builds, extensions)
+    graph = PyGraph(linker.python, linker.builds, extensions, linker.inventory)
     holders: dict[Binding, list[int]] = defaultdict(list)
     for i, k in enumerate(kernels):
         for b in k.bindings:
@@ -42,20 +42,23 @@ def attach_references(linker: Linker, kernels: list[Kernel], bindings: list[Bind
     refs: dict[int, dict[tuple[str, int, str], ReferenceTest]] = defaultdict(dict)
     for facts in linker.python:
         for ref in facts.references:
-            for binding, paired, steps in _pairs(ref, graph, candidates):
+            for binding, paired, steps in _pairs(ref, graph, candidates, linker.unfollowed):
                 for i in holders.get(binding, ()):
                     kernel = kernels[i]
                     bound = paths.get(kernel.id, {}).get(binding)
                     chain = _chain(paired, steps, bound, kernel)
-                    refs[i].setdefault((paired.file, paired.line, paired.op),
-                                       replace(paired, chain=chain))
+                    key = (paired.file, paired.line, paired.op)
+                    old = refs[i].get(key)
+                    if old is None or len(old.chain) < len(chain):  # the binding with a path
+                        refs[i][key] = replace(paired, chain=chain)
     linker.problems += graph.problems
     return [replace(k, references=tuple(refs[i].values())) if i in refs
             else replace(k, unpaired=_unpaired(k, paths.get(k.id, {})))
             for i, k in enumerate(kernels)]
 
 
-def _pairs(ref: ReferenceTest, graph: PyGraph, candidates: Candidates) -> list[Pair]:
+def _pairs(ref: ReferenceTest, graph: PyGraph, candidates: Candidates,
+           unfollowed: list[str]) -> list[Pair]:
     ref = _confirm_helper(ref, graph)
     if ref.target is not None:
         resolution = graph.resolve(ref.file, ref.target, ref.line, ref.backward)
@@ -67,6 +70,13 @@ def _pairs(ref: ReferenceTest, graph: PyGraph, candidates: Candidates) -> list[P
                                   end.steps))
         if found:
             return found
+        if resolution.dead_end is not None:
+            unfollowed.append(f"{ref.file}:{ref.line}: {ref.test} calls {ref.target}; the "
+                              f"first link not followed: {resolution.dead_end}")
+        elif resolution.endpoints:
+            ops = ", ".join(sorted({f"{e.module}.{e.name}" for e in resolution.endpoints}))
+            unfollowed.append(f"{ref.file}:{ref.line}: {ref.test} calls {ref.target}, which "
+                              f"reaches {ops}: no binding of that name and module was found")
     return [(b, r, ()) for b, r in match_reference(ref, candidates.get(ref.op_name, []))]
 
 

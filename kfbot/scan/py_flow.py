@@ -33,6 +33,26 @@ _ROCM = re.compile(r"hip|rocm", re.I)
 _CUDA = re.compile(r"cuda|CUDA_HOME|nvcc|gpu", re.I)
 _SKIP = re.compile(r"skip|no_?cuda|disable", re.I)
 _MAX_UNROLL = 64
+# What a setup script may do when it is run: start programs, fetch, write or delete.
+_EFFECTS = re.compile(r"^(?:subprocess\.\w+|os\.(?:system|popen|spawn\w*|exec\w*|remove|"
+                      r"unlink|makedirs|rename)|shutil\.\w+|urllib\.\w+.*|requests\.\w+|"
+                      r"exec|eval|compile|__import__|importlib\.import_module)$")
+
+
+def import_effects(index: ScopeIndex) -> list[tuple[int, str]]:
+    """(line, call) for the commands a build script runs when it is run, at module level
+    or in a function its module level calls. The scan runs none of them: what they would
+    compute cannot be told."""
+    module = index.module
+    scopes = [module] + [fn for call in module.calls
+                         if (fn := index.local_function(call.func, module)) is not None]
+    found: dict[int, str] = {}
+    for scope in scopes:
+        for call in scope.calls:
+            name = index.qualname(call.func) or ""
+            if _EFFECTS.match(name):
+                found.setdefault(call.lineno, clip(as_written(call), 60))
+    return sorted(found.items())
 
 
 @dataclass

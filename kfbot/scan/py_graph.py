@@ -67,8 +67,9 @@ class PyGraph:
     """The repository's Python modules, and the ops their names reach."""
 
     def __init__(self, python: list[PyFileFacts], builds: list[BuildRecipe],
-                 extensions: set[str]) -> None:
-        self.files = {f.file for f in python}
+                 extensions: set[str], inventory: tuple[str, ...] = ()) -> None:
+        # Every Python file, empty ones (a package's bare __init__.py) included.
+        self.files = {f.file for f in python} | {f for f in inventory if f.endswith(".py")}
         self.symbols: dict[str, dict[str, PySymbol]] = {
             f.file: {s.name: s for s in f.symbols} for f in python if f.symbols}
         self.modules = module_index(self.files)
@@ -158,8 +159,7 @@ class PyGraph:
 
     # --- where a path leads ------------------------------------------------------------
 
-    def _locate(self, file: str, path: str
-                ) -> tuple[str, str, list[str]] | str:
+    def _locate(self, file: str, path: str) -> tuple[str, str, list[str]] | str:
         """("module", file, rest) or ("extension", module, rest), or why neither."""
         level = len(path) - len(path.lstrip("."))
         parts = [p for p in path.lstrip(".").split(".") if p]
@@ -168,39 +168,62 @@ class PyGraph:
             for _ in range(level - 1):
                 base = posixpath.dirname(base)
             return self._relative(base, parts, path)
-        sibling = self._in_folder(posixpath.dirname(file), parts)
-        if sibling is not None:
-            return sibling
-        extension = self._extension(parts, path)
-        longest = len(parts) - len(extension[2]) if not isinstance(extension, str) else 0
-        for i in range(len(parts), longest, -1):  # the longer of module and extension wins
-            found = self.modules.get(".".join(parts[:i]))
-            if found is not None:
-                return "module", found, parts[i:]
-        return extension
+        if not parts:
+            return f"`{path}` names nothing"
+        start = self._submodule(posixpath.dirname(file), parts[0]) or \
+            self.modules.get(parts[0])  # beside the file, else from the root or a package top
+        if start is None:
+            return self._extension(parts, path)
+        return self._walk(start, parts[1:], path)
 
     def _relative(self, base: str, parts: list[str], path: str
                   ) -> tuple[str, str, list[str]] | str:
         kb = self.kernel_builder.get(base)
         if kb is not None and parts[:2] == ["_ops", "ops"]:
             return "extension", kb, parts[2:]  # the builder's generated `_ops.ops`
-        found = self._in_folder(base, parts)
-        if found is not None:
-            return found
         init = posixpath.join(base, "__init__.py") if base else "__init__.py"
-        if init in self.files and parts and parts[0] in self.symbols.get(init, {}):
-            return "module", init, parts
-        package = self.names.get(init)
-        if package is not None:
-            return self._extension([*package.split("."), *parts], path)
+        if init in self.files:
+            return self._walk(init, parts, path)
+        start = self._submodule(base, parts[0]) if parts else None
+        if start is not None:
+            return self._walk(start, parts[1:], path)
         return f"`{path}` names no module beside {base or 'the root'}"
 
-    def _in_folder(self, base: str, parts: list[str]) -> tuple[str, str, list[str]] | None:
-        for i in range(len(parts), 0, -1):
-            stem = posixpath.join(base, *parts[:i])
-            for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
-                if candidate in self.files:
-                    return "module", candidate, parts[i:]
+    def _walk(self, file: str, parts: list[str], path: str
+              ) -> tuple[str, str, list[str]] | str:
+        """Attribute access from module `file`, as Python does it: a name its
+        `__init__.py` binds first (it hides a submodule of that name), then a submodule;
+        in a module, a name it defines. An extension the repository builds whose name
+        continues the module's is the last resort."""
+        i = 0
+        while i < len(parts) and file.endswith("__init__.py") \
+                and not self._hides(file, parts[i]):
+            sub = self._submodule(posixpath.dirname(file), parts[i])
+            if sub is None:
+                break
+            file, i = sub, i + 1
+        rest = parts[i:]
+        if rest and not self._hides(file, rest[0]):  # no name of the module's own
+            extension = self._extension([*self._module_name(file).split("."), *rest], path)
+            if not isinstance(extension, str) or rest[0] in self.symbols.get(file, {}):
+                return extension  # `from pkg import _C` in pkg: only the extension
+        return "module", file, rest
+
+    def _hides(self, init: str, name: str) -> bool:
+        """Whether `name` in package `init` is something other than its submodule
+        (`from .scatter import scatter` binds a function; `from . import ops` binds the
+        submodule `ops` itself)."""
+        symbol = self.symbols.get(init, {}).get(name)
+        if symbol is None:
+            return False
+        own = (f"{self._module_name(init)}.{name}", f".{name}")
+        return not (symbol.kind == "import" and any(t in own for t, _ in symbol.targets))
+
+    def _submodule(self, folder: str, name: str) -> str | None:
+        stem = posixpath.join(folder, name) if folder else name
+        for candidate in (f"{stem}.py", f"{stem}/__init__.py"):
+            if candidate in self.files:
+                return candidate
         return None
 
     def _extension(self, parts: list[str], path: str) -> tuple[str, str, list[str]] | str:

@@ -27,6 +27,9 @@ from kfbot.scan.py_values import Evaluator
 
 MAX_TARGETS = 64  # paths kept per function
 _CALL = ".__call__"  # calling an instance
+# Methods of a torch module that return the module itself.
+_SAME_OBJECT = frozenset({"cuda", "to", "eval", "train", "half", "float", "double", "cpu",
+                          "requires_grad_", "bfloat16"})
 # Methods of a call's result that only convert it: `op(x).float()` calls `op`.
 _METHODS = frozenset({"float", "half", "double", "cpu", "cuda", "to", "detach", "clone",
                       "contiguous", "item", "tolist", "numpy", "view", "reshape"})
@@ -78,7 +81,8 @@ class Paths:
             if value is not None:
                 return value + tail
             # A module-level name the file's symbols describe (an extension it loads).
-            return f"{self.own}.{dotted}" if b.scope.kind == "module" else None
+            described = b in self.index.module.binds.get(head, ())
+            return f"{self.own}.{dotted}" if described else None
         if head in self.index.imports:
             return self.index.imports[head] + tail
         if head in self.index.module.funcs or head in self.index.classes:
@@ -91,6 +95,10 @@ class Paths:
             return self.of(value, scope, depth)
         if not isinstance(value, ast.Call) or self.builds.kind(value) is not None:
             return None  # a build's module is an extension, described by the symbols
+        func = value.func
+        if isinstance(func, ast.Attribute) and func.attr in _SAME_OBJECT \
+                and isinstance(func.value, ast.Call):
+            return self.value(func.value, scope, depth + 1)  # `Layer(8).cuda()`: the layer
         q = self.index.qualname(value.func) or ""
         if q in _PARTIAL and value.args:
             return self.of(value.args[0], scope, depth)

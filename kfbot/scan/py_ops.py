@@ -68,6 +68,17 @@ class Op:
     target: str | None = None  # the import path called, for repository Python code
 
 
+def _result(call: ast.Call) -> bool:
+    """Whether `call` computes on data (`op(x, n)`), rather than making an object: a
+    class (`Ops()`, by the naming convention) or a module (`load_ext()`, `get_ext("a")`
+    take no data)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else ""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return not name[:1].isupper() and any(not isinstance(v, ast.Constant) for v in values)
+
+
 class OpFinder:
     """The op a call in one file reaches, if any; answers are cached per call."""
 
@@ -120,6 +131,12 @@ class OpFinder:
         if isinstance(base, ast.Call) and (func.attr in TENSOR_METHODS
                                            or self.op_of_call(base, scope, depth + 1)):
             return None  # a method of the op's result: the op is the inner call
+        if func.attr in TENSOR_METHODS and isinstance(base, ast.Name):
+            held = self.index.lookup(base.id, scope, base.lineno)
+            made = held.value if held is not None else None
+            if held is not None and isinstance(made, ast.Call) and _result(made) \
+                    and self._extension_value(made, held.scope, depth + 1) is None:
+                return None  # `out = op(x); out.cpu()`: a method of a result
         cls = self.index.local_class(base)
         if cls is not None and func.attr == "apply":  # autograd.Function subclass
             return self._wrapped(cls.funcs.get("forward"), call, site, depth)
@@ -129,8 +146,8 @@ class OpFinder:
         ext = self._extension(base, scope, depth)
         if ext is None or (ext[1] < 0.9 and REFERENCE_NAME.search(func.attr)):
             return None
-        target = self.paths.of(func, scope) if ext[1] < 0.9 else None
-        return Op(as_written(func), func.attr, ext[0], ext[1], call, site, target)
+        return Op(as_written(func), func.attr, ext[0], ext[1], call, site,
+                  self.paths.of(func, scope))
 
     def _name_op(self, call: ast.Call, func: ast.Name, scope: Scope, depth: int) -> Op | None:
         b = self.index.lookup(func.id, scope, func.lineno)
@@ -174,13 +191,16 @@ class OpFinder:
 
     def _instance_op(self, call: ast.Call, made: ast.Call, scope: Scope,
                      site: Scope) -> Op | None:
-        """`layer = FusedGELU(); layer(x)` with the class imported from the repository."""
-        cls = self.paths.of(made.func, scope)
-        if cls is None or (not cls.startswith(".") and cls.split(".")[0] in WELL_KNOWN):
+        """`layer = FusedGELU().cuda(); layer(x)` with the class imported from the
+        repository."""
+        target = self.paths.value(made, scope)
+        if target is None or not target.endswith(".__call__") or (
+                not target.startswith(".") and target.split(".")[0] in WELL_KNOWN):
             return None
+        cls = target[: -len(".__call__")]
         name = cls.rsplit(".", 1)[-1]
         hint = cls.rsplit(".", 2)[-2] if cls.count(".") > 1 else None
-        return Op(as_written(call.func), name, hint, 0.6, call, site, f"{cls}.__call__")
+        return Op(as_written(call.func), name, hint, 0.6, call, site, target)
 
     def _wrapped(self, fn: Scope | None, call: ast.Call, site: Scope,
                  depth: int) -> Op | None:
@@ -249,7 +269,7 @@ class OpFinder:
             return (hub_package(repo), 0.7) if isinstance(repo, str) else None
         head = head_name(value.func)
         if head in self.index.imports and "." in q.lstrip(".") \
-                and q.split(".")[0] not in WELL_KNOWN:
+                and q.split(".")[0] not in WELL_KNOWN and not _result(value):
             module = q[: q.rfind(".")]  # `helper.get_ext()`: an extension from a helper module
             return module.rsplit(".", 1)[-1] or None, 0.7
         return None

@@ -95,6 +95,12 @@ def _target_names(target: ast.expr) -> tuple[str, ...] | None:
     return None
 
 
+def _item(value: ast.expr, i: int) -> ast.expr:
+    """`value[i]`, placed where `value` is written."""
+    index = ast.copy_location(ast.Constant(value=i), value)
+    return ast.copy_location(ast.Subscript(value=value, slice=index, ctx=ast.Load()), value)
+
+
 def _row(element: ast.expr, width: int) -> list[ast.expr] | None:
     """One parametrize row: a tuple, a list or `pytest.param(...)`."""
     if isinstance(element, ast.Call) and dotted_endswith(element.func, "param"):
@@ -371,6 +377,8 @@ class ScopeIndex:
             if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(values) \
                     and not any(isinstance(e, ast.Starred) for e in value.elts):
                 values = list(value.elts)
+            elif isinstance(value, ast.Call):  # `out, res = op(x)`: each is a part of it
+                values = [_item(value, i) for i in range(len(values))]
             for t, v in zip(target.elts, values, strict=True):
                 self._bind_target(t, v, scope, line)
         elif isinstance(target, ast.Starred):

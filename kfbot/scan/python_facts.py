@@ -21,9 +21,10 @@ import re
 import warnings
 from collections.abc import Callable
 
-from kfbot.scan.model import Problem, PyFileFacts
+from kfbot.scan.model import BuildRecipe, Problem, PyFileFacts
 from kfbot.scan.py_builds import BuildReader
 from kfbot.scan.py_compare import CompareFinder
+from kfbot.scan.py_flow import import_effects
 from kfbot.scan.py_inline import InlineReader
 from kfbot.scan.py_inputs import InputReader
 from kfbot.scan.py_modules import Paths, SymbolReader
@@ -101,10 +102,19 @@ class _File:
         references = self.references.find()
         symbols = () if is_test_module(self.index.rel_path) else tuple(
             SymbolReader(self.index, self.paths, self.builds, self.compares).read())
-        problems = tuple(dict.fromkeys(self.values.problems))
+        problems = tuple(dict.fromkeys([*self.values.problems, *self._effects(builds)]))
         return PyFileFacts(file=self.index.rel_path, builds=tuple(builds),
                            inline_sources=tuple(inline), references=tuple(references),
                            problems=problems, symbols=symbols)
+
+    def _effects(self, builds: list[BuildRecipe]) -> list[Problem]:
+        """A setup script that runs commands when it is run: never by the scan."""
+        if not any(b.kind == "setup_py" for b in builds):
+            return []
+        return [Problem(self.index.rel_path, line, f"running this file runs `{call}`; the "
+                        "scan reads it without running it, so what that computes (a "
+                        "version, a flag) cannot be told") for line, call in
+                import_effects(self.index)]
 
     def release(self) -> None:
         """Free what the file's analysis holds; see `ScopeIndex.release`."""

@@ -33,6 +33,7 @@ def to_json(report: ScanReport) -> dict[str, Any]:
         "skipped_dirs": list(report.skipped_dirs),
         "kernels": [kernel_json(k) for k in report.kernels],
         "problems": [_record(p) for p in report.problems],
+        "unfollowed": list(report.unfollowed),
     }
 
 
