@@ -718,7 +718,7 @@ def test_test_modules_without_relevant_tokens_are_not_parsed() -> None:
     facts = extract_python_facts("pkg/m.py", b"from pkg._impl import run\ndef f(x):\n"
                                               b"    return run(x)\n")
     assert [(s.name, s.kind, s.targets) for s in facts.symbols] == [
-        ("run", "import", (("pkg._impl.run", 0),)), ("f", "function", (("pkg._impl.run", 3),))]
+        ("run", "import", (("pkg._impl.run", 1),)), ("f", "function", (("pkg._impl.run", 3),))]
 
 
 @pytest.mark.parametrize("source", [SETUP_PY, LOAD_PY, INLINE_PY, PYTEST_FILE, UNIT_FILE,

@@ -33,7 +33,10 @@ def attach_references(linker: Linker, kernels: list[Kernel], bindings: list[Bind
     candidates: Candidates = defaultdict(list)
     for b in bindings:
         candidates[b.name].append((b, module_names(b, linker.builds_of(b.file))))
-    extensions = {b.name for b in linker.builds} | {b.module for b in bindings}
+    # A kernel-builder package is named like its extension, which Python reaches only
+    # through the package's generated `_ops`: the name is the package's, not an op's.
+    packages = {b.name for b in linker.builds if b.kind == "kernel_builder"}
+    extensions = ({b.name for b in linker.builds} | {b.module for b in bindings}) - packages
     graph = PyGraph(linker.python, linker.builds, extensions, linker.inventory)
     holders: dict[Binding, list[int]] = defaultdict(list)
     for i, k in enumerate(kernels):
@@ -146,8 +149,8 @@ def _unpaired(kernel: Kernel, bound: dict[Binding, BoundPath]) -> tuple[str, ...
     where = [f"{b.file}:{b.line}" for b in bound] or [f"{kernel.bindings[0].file}:"
                                                         f"{kernel.bindings[0].line}"]
     return (f"{where[0]}: op {', '.join(ops)} reaches this kernel, but no test or script "
-            "compares it with a reference (or calls it through code the scan could not "
-            "follow; see `kfbot scan --explain`)",)
+            "compares it with a reference (or they call it through code the scan could not "
+            "follow: `kfbot scan --explain` lists those calls)",)
 
 
 def _unbound(kernel: Kernel) -> Iterable[str]:

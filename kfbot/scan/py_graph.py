@@ -126,8 +126,8 @@ class PyGraph:
             if more:
                 out.endpoints.append(Endpoint(symbol.extension, more[0], ()))
         elif symbol.kind in ("import", "variable"):
-            for target, _ in symbol.targets:
-                self._follow(file, ".".join([target, *more]), line, backward, trail, out)
+            for target, at in symbol.targets:
+                self._follow(file, ".".join([target, *more]), at or line, backward, trail, out)
         else:
             self._calls(file, symbol, line, backward, trail, out)
 

@@ -52,11 +52,13 @@ def hub_package(repo_id: str) -> str:
 class Paths:
     """The import path a name or attribute chain of one file stands for."""
 
-    def __init__(self, index: ScopeIndex, values: Evaluator, builds: BuildReader) -> None:
+    def __init__(self, index: ScopeIndex, values: Evaluator, builds: BuildReader,
+                 summarised: bool = True) -> None:
         self.index = index
         self.values = values
         self.builds = builds
         self.own = here(index.rel_path)
+        self.summarised = summarised  # the file has symbols to route a path through
 
     def of(self, expr: ast.expr, scope: Scope, depth: int = 0) -> str | None:
         """`fusedact.ops.swiglu`, `.functional.fused_gelu`, ... or None: not a name
@@ -83,6 +85,8 @@ class Paths:
             # A module-level name the file's symbols describe (an extension it loads).
             described = b in self.index.module.binds.get(head, ())
             return f"{self.own}.{dotted}" if described else None
+        if head in self.index.alternatives and self.summarised:
+            return f"{self.own}.{dotted}"  # through the import symbol, to each alternative
         if head in self.index.imports:
             return self.index.imports[head] + tail
         if head in self.index.module.funcs or head in self.index.classes:
@@ -126,7 +130,9 @@ class SymbolReader:
     def read(self) -> list[PySymbol]:
         out: list[PySymbol] = []
         for name, full in self.index.imports.items():
-            out.append(PySymbol(name, 0, "import", ((full, 0),)))
+            every = self.index.alternatives.get(name, [full])
+            line = self.index.import_lines.get(name, 0)
+            out.append(PySymbol(name, line, "import", tuple((f, line) for f in every)))
         module = self.index.module
         for name, binds in module.binds.items():
             symbol = self._variable(name, binds[-1].value, binds[-1].line)

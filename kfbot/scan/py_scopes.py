@@ -199,6 +199,10 @@ class ScopeIndex:
         self.module.report = self.module
         self.scopes: list[Scope] = [self.module]
         self.imports: dict[str, str] = {}  # local name -> dotted name it refers to
+        # Names imported more than once (`try: from .a import x` / `except: from .b import
+        # x`): every dotted name each may refer to.
+        self.alternatives: dict[str, list[str]] = {}
+        self.import_lines: dict[str, int] = {}  # local name -> line of its (last) import
         self.star_imports: list[str] = []
         self.classes: dict[str, Scope] = {}
         self.function_names: set[str] = set()  # of every function defined in the file
@@ -400,7 +404,8 @@ class ScopeIndex:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 top = alias.name.split(".")[0]
-                self.imports[alias.asname or top] = alias.name if alias.asname else top
+                self._imported(alias.asname or top, alias.name if alias.asname else top,
+                               node.lineno)
             return
         base = "." * node.level + (node.module or "")
         for alias in node.names:
@@ -408,7 +413,16 @@ class ScopeIndex:
                 self.star_imports.append(base)
                 continue
             full = f"{base}.{alias.name}" if node.module else f"{base}{alias.name}"
-            self.imports[alias.asname or alias.name] = full
+            self._imported(alias.asname or alias.name, full, node.lineno)
+
+    def _imported(self, name: str, full: str, line: int) -> None:
+        self.import_lines[name] = line
+        old = self.imports.get(name)
+        if old is not None and old != full:
+            found = self.alternatives.setdefault(name, [old])
+            if full not in found:
+                found.append(full)
+        self.imports[name] = full
 
     def _finish(self) -> None:
         for scope in self.scopes:

@@ -91,7 +91,8 @@ class _File:
         self.index = ScopeIndex(rel_path, tree)
         self.values = Evaluator(self.index, exists)
         self.builds = BuildReader(self.index, self.values, InlineReader(self.index, self.values))
-        self.paths = Paths(self.index, self.values, self.builds)
+        self.paths = Paths(self.index, self.values, self.builds,
+                           summarised=not is_test_module(rel_path))
         self.ops = OpFinder(self.index, self.values, self.builds, exists, self.paths)
         self.compares = CompareFinder(self.index)
         self.references = ReferenceFinder(self.index, self.ops, self.compares,
