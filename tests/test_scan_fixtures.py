@@ -363,3 +363,43 @@ def test_kernel_builder_layout(capsys: pytest.CaptureFixture[str]) -> None:
     layer = rms["references"][1]
     assert [s["name"] for s in layer["chain"][:2]] == [
         "test_rms_norm_layer calls layer", "kb_norm.layers.RMSNorm.forward"]
+
+
+# The pairs the scan found on the first fixtures before it followed chains across
+# modules (kfbot at 2379904): every one must still be found, and with no kernel lost.
+BEFORE = {
+    "example": [("csrc/matmul.cu::matmul_kernel", "tests/test_ops.py:21"),
+                ("csrc/softmax.cu::softmax_kernel", "tests/test_ops.py:13"),
+                ("csrc/vector_add.cu::saxpy_kernel", "tests/test_ops.py:30")],
+    "inline_softmax": [("softmax_inline.py::softmax_kernel", "tests/test_softmax.py:19"),
+                       ("softmax_inline.py::softmax_kernel", "tests/test_softmax.py:26")],
+    "load_elementwise": [("csrc/gelu_kernel.cu::gelu_kernel", "tests/test_gelu.py:17")],
+    "setup_rowsum": [("rowsum_kernel.cu::rowsum_kernel", "tests/test_rowsum.py:16")],
+    "torch_library_layernorm": [("csrc/layernorm.cu::layernorm_kernel",
+                                 "tests/test_layernorm.py:23")],
+    "templated_headers": [("include/scale.cuh::bwd::scale_kernel", "tests/test_scale.py:43"),
+                          ("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:22"),
+                          ("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:35")],
+    "tunables_matmul": [("csrc/matmul.cu::add_bias_kernel", "tests/test_matmul.py:31"),
+                        ("csrc/matmul.cu::matmul_tiled", "tests/test_matmul.py:22"),
+                        ("csrc/matmul.cu::matmul_tiled", "tests/test_matmul.py:31")],
+    "bench_reference": [("csrc/relu.cu::relu_kernel", "bench.py:51")],
+    "no_reference": [],
+    "declared_task": [("csrc/square.cu::square_kernel", "kfbot.yaml:5"),
+                      ("csrc/square.cu::square_kernel", "tests/test_square.py:15")],
+}
+KERNELS_BEFORE = {"example": 3, "templated_headers": 2, "tunables_matmul": 2}
+
+
+@pytest.mark.parametrize("fixture", sorted(BEFORE))
+def test_pairing_of_the_first_fixtures_is_unchanged_or_better(
+        fixture: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ks = report(fixture, capsys)["kernels"]
+    now = {(k["id"], f"{r['file']}:{r['line']}") for k in ks for r in k["references"]}
+    assert set(BEFORE[fixture]) <= now
+    assert len(ks) >= KERNELS_BEFORE.get(fixture, 1)
+    added = now - set(BEFORE[fixture])
+    # The only pairs gained are the autograd test's: one per kernel it reaches.
+    assert added == ({("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:54"),
+                      ("include/scale.cuh::bwd::scale_kernel", "tests/test_scale.py:55")}
+                     if fixture == "templated_headers" else set())
