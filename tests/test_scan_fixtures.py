@@ -281,15 +281,16 @@ def test_pkg_chain_follows_wrappers_across_modules(capsys: pytest.CaptureFixture
         ("tests/test_swiglu.py", 23), ("tests/test_swiglu.py", 30)]
     first = fwd["references"][0]
     assert first["helper"] == "check (tests/conftest.py:11)"
-    assert [(s["kind"], s["name"]) for s in first["chain"]] == [
-        ("test", "test_fused_gelu_matches_torch calls fused_gelu"),
-        ("python", "fusedact.functional.fused_gelu"),
-        ("python", "fusedact._autograd.GeluFunction.forward"),
-        ("binding", "fusedact._C.gelu_fwd -> gelu_forward"),
-        ("host", "gelu_forward calls fusedact::launch_gelu_fwd"),
-        ("launch", "fusedact::launch_gelu_fwd launches gelu_fwd_kernel"),
-        ("kernel", "fusedact::gelu_fwd_kernel")]
-    assert swiglu["references"][1]["chain"][1]["name"] == "fusedact.layers.GatedActivation.swiglu"
+    assert first["chain"] == [
+        "test tests/test_gelu.py:15: test_fused_gelu_matches_torch calls fused_gelu",
+        "python fusedact/functional.py:10: fusedact.functional.fused_gelu",
+        "python fusedact/_autograd.py:10: fusedact._autograd.GeluFunction.forward",
+        "binding csrc/bindings.cpp:48: fusedact._C.gelu_fwd -> gelu_forward",
+        "host csrc/bindings.cpp:17: gelu_forward calls fusedact::launch_gelu_fwd",
+        "launch csrc/gelu.cu:49: fusedact::launch_gelu_fwd launches gelu_fwd_kernel",
+        "kernel csrc/gelu.cu:13: fusedact::gelu_fwd_kernel"]
+    assert swiglu["references"][1]["chain"][1] == \
+        "python fusedact/layers.py:21: fusedact.layers.GatedActivation.swiglu"
     (build,) = fwd["builds"]
     assert (build["kind"], build["name"], build["extension_class"]) == (
         "setup_py", "fusedact._C", "CUDAExtension")
@@ -361,8 +362,9 @@ def test_kernel_builder_layout(capsys: pytest.CaptureFixture[str]) -> None:
     rms = ks["kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
     assert [r["line"] for r in rms["references"]] == [18, 27]
     layer = rms["references"][1]
-    assert [s["name"] for s in layer["chain"][:2]] == [
-        "test_rms_norm_layer calls layer", "kb_norm.layers.RMSNorm.forward"]
+    assert layer["chain"][:2] == [
+        "test tests/test_rms_norm.py:27: test_rms_norm_layer calls layer",
+        "python torch-ext/kb_norm/layers.py:13: kb_norm.layers.RMSNorm.forward"]
 
 
 # The pairs the scan found on the first fixtures before it followed chains across

@@ -36,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      help="print the JSON report (schema: kfbot/schemas/scan-v1.json)")
     fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every file again rather than reuse the facts of files unchanged "
+                        "since the last scan (kept under $KFBOT_CACHE/scan or ~/.cache/kfbot)")
     p.set_defaults(run=run)
 
 
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     # The report is a million small objects that live until the command ends: the
     # cyclic collector would only walk them again and again while it is written.
     with paused_gc():
-        report = _scan_with_progress(root, config, args.jobs)
+        report = _scan_with_progress(root, config, args.jobs, cache=not args.no_cache)
         if args.explain:
             sys.stdout.write(explain(report, select_kernel(report.kernels, args.explain)))
             return EXIT_OK
@@ -60,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanReport:
+def _scan_with_progress(root: Path, config: Config, jobs: int | None,
+                        cache: bool) -> ScanReport:
     if not sys.stderr.isatty():
-        return scan(root, config, jobs=jobs)
+        return scan(root, config, jobs=jobs, cache=cache)
     from rich.console import Console
     from rich.progress import Progress
 
@@ -73,7 +77,7 @@ def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanRep
             if total >= PROGRESS_MIN_FILES:
                 bar.update(task, completed=done, total=total)
 
-        return scan(root, config, progress=tick, jobs=jobs)
+        return scan(root, config, progress=tick, jobs=jobs, cache=cache)
 
 
 def _emit(report: ScanReport, fmt: str) -> None:

@@ -55,6 +55,7 @@ class CallGraph:
                     self.by_last[fn.name.rsplit("::", 1)[-1]].append(fn.name)
                 self.defined[fn.name].append(fn)
         self.using = {f.file: f.using_namespaces for f in cuda if f.using_namespaces}
+        self._resolved: dict[tuple[str, str, str, int, bool], list[str]] = {}
         self.callers: dict[str, list[Edge]] = defaultdict(list)
         for facts in cuda:
             for call in facts.host_calls:
@@ -71,6 +72,16 @@ class CallGraph:
                 anywhere: bool = True) -> list[str]:
         """The defined functions a call of `name` from `scope` in `file` means; with
         `anywhere`, the one function of that name in the repository as a last resort."""
+        # The same names are called from the same scopes again and again; files matter
+        # only through their using-namespaces.
+        key = (name, scope, file if file in self.using else "", arity, anywhere)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = self._resolve(name, scope, file, arity, anywhere)
+        return found
+
+    def _resolve(self, name: str, scope: str, file: str, arity: int,
+                 anywhere: bool) -> list[str]:
         for group in lookup_names(name, scope, self.using.get(file, ())):
             found = [n for n in group if n in self.defined]
             if found:

@@ -39,7 +39,8 @@ ARG_REF_Q = """(argument_list [(identifier) (qualified_identifier) (pointer_expr
   (template_function)] @ref)"""
 INIT_REF_Q = """(init_declarator value: [(identifier) (qualified_identifier) (pointer_expression)
   (conditional_expression)] @ref)"""
-PATTERNS = (CALL_Q, ARG_REF_Q, INIT_REF_Q)
+DECLARED_Q = "(declaration declarator: (function_declarator declarator: (_) @name))"
+PATTERNS = (CALL_Q, ARG_REF_Q, INIT_REF_Q, DECLARED_Q)
 
 
 def host_functions(ctx: Ctx) -> Iterable[HostFunction]:
@@ -84,16 +85,28 @@ def _calls(ctx: Ctx) -> Iterable[HostCall]:
         yield _edge(ctx, fn, site, template_name(callee), arity)
         for name in template_arg_names(callee):
             yield _edge(ctx, fn, site, name, -1)
+    functions = _functions_named(ctx)
     for pattern in (ARG_REF_Q, INIT_REF_Q):
         for m in ctx.found(pattern):
             ref = m["ref"]
             fn = ctx.enclosing_function(ref)
             if fn is None or ctx.device_only(fn):
                 continue
-            params = _param_names(ctx, fn)
             for node, name in _named(ref):
-                if name not in params:  # a parameter is a value, never a function here
-                    yield _edge(ctx, fn, node, name, -1, bare=node.type == "identifier")
+                bare = node.type == "identifier"
+                # A bare name is a variable far more often than a function: it counts
+                # only where this file declares or defines a function of that name.
+                if not bare or name in functions:
+                    yield _edge(ctx, fn, node, name, -1, bare=bare)
+
+
+def _functions_named(ctx: Ctx) -> set[str]:
+    """The last names of the functions this file defines or declares."""
+    names = {name.rsplit("::", 1)[-1] for _, _, fn in ctx.functions
+             if (name := ctx.function_name(fn)) is not None}
+    names.update(compact(tsx.text(m["name"])).rsplit("::", 1)[-1]
+                 for m in ctx.found(DECLARED_Q))
+    return names
 
 
 def _edge(ctx: Ctx, fn: Node, site: Node, callee: str, arity: int,

@@ -26,6 +26,7 @@ from kfbot.scan.model import (
     Problem,
     PyFileFacts,
     ReferenceTest,
+    evolve,
 )
 
 
@@ -71,11 +72,14 @@ class Linker:
         sources: list[str] = []
         notes = list(build.cannot_tell)
         for source in build.sources:
-            if not _GLOB.search(source):
+            wildcard = _GLOB.search(source)
+            if wildcard is None:
                 sources.append(source)
                 continue
             pattern = _glob_pattern(source)
-            matched = sorted(f for f in self.inventory if pattern.match(f))
+            fixed = source[:wildcard.start()].rpartition("/")[0]  # the folder the glob is in
+            head = f"{fixed}/" if fixed else ""
+            matched = sorted(f for f in self.inventory if f.startswith(head) and pattern.match(f))
             sources += matched
             if not matched:
                 message = f"the source glob `{source}` matches no file of the repository"
@@ -238,6 +242,6 @@ def match_reference(ref: ReferenceTest, candidates: list[tuple[Binding, set[str]
             return [(b, ref) for b, _ in exact]
     if not named:
         return []
-    weaker = replace(ref, confidence=round(ref.confidence * 0.7, 2),
+    weaker = evolve(ref, confidence=round(ref.confidence * 0.7, 2),
                      why=f"{ref.why} (matched by op name only)")
     return [(b, weaker) for b, _ in named]

@@ -9,9 +9,19 @@ where it came from (`file`, 1-based `line`, and for config-declared facts
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 Origin = Literal["discovered", "declared"]
+R = TypeVar("R")
+
+
+def evolve(record: R, **changes: Any) -> R:
+    """`dataclasses.replace` for the scan's records, without re-running `__init__`:
+    linking a large repository makes tens of thousands of changed copies."""
+    new: R = object.__new__(type(record))
+    new.__dict__.update(record.__dict__)
+    new.__dict__.update(changes)
+    return new
 TunableKind = Literal[
     "define", "ifndef_default", "constexpr", "const", "template_arg", "launch_config",
     "build_flag",

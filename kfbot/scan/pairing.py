@@ -16,11 +16,10 @@ from __future__ import annotations
 import posixpath
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
 
 from kfbot.scan.kernel_paths import BoundPath
 from kfbot.scan.link import Linker, match_reference, module_names
-from kfbot.scan.model import Binding, Kernel, ReferenceTest, Step
+from kfbot.scan.model import Binding, Kernel, ReferenceTest, Step, evolve
 from kfbot.scan.py_graph import PyGraph
 
 Candidates = dict[str, list[tuple[Binding, set[str]]]]
@@ -43,44 +42,67 @@ def attach_references(linker: Linker, kernels: list[Kernel], bindings: list[Bind
         for b in k.bindings:
             holders[b].append(i)
     refs: dict[int, dict[tuple[str, int, str], ReferenceTest]] = defaultdict(dict)
+    cpp_steps: dict[tuple[int, Binding], tuple[Step, ...]] = {}
     for facts in linker.python:
         for ref in facts.references:
             for binding, paired, steps in _pairs(ref, graph, candidates, linker.unfollowed):
                 for i in holders.get(binding, ()):
-                    kernel = kernels[i]
-                    bound = paths.get(kernel.id, {}).get(binding)
-                    chain = _chain(paired, steps, bound, kernel)
                     key = (paired.file, paired.line, paired.op)
+                    below = cpp_steps.get((i, binding))
+                    if below is None:
+                        bound = paths.get(kernels[i].id, {}).get(binding)
+                        below = bound.steps(kernels[i].definition) if bound else ()
+                        cpp_steps[(i, binding)] = below
                     old = refs[i].get(key)
+                    chain = (_test_step(paired), *steps, *below)
                     if old is None or len(old.chain) < len(chain):  # the binding with a path
-                        refs[i][key] = replace(paired, chain=chain)
+                        refs[i][key] = evolve(paired, chain=chain)
     linker.problems += graph.problems
-    return [replace(k, references=tuple(refs[i].values())) if i in refs
-            else replace(k, unpaired=_unpaired(k, paths.get(k.id, {})))
+    return [evolve(k, references=tuple(refs[i].values())) if i in refs
+            else evolve(k, unpaired=_unpaired(k, paths.get(k.id, {})))
             for i, k in enumerate(kernels)]
 
 
 def _pairs(ref: ReferenceTest, graph: PyGraph, candidates: Candidates,
            unfollowed: list[str]) -> list[Pair]:
     ref = _confirm_helper(ref, graph)
-    if ref.target is not None:
-        resolution = graph.resolve(ref.file, ref.target, ref.line, ref.backward)
-        found: list[Pair] = []
-        for end in resolution.endpoints:
-            for b, modules in candidates.get(end.name, []):
-                if end.module in modules or end.module.rsplit(".", 1)[-1] in modules:
-                    found.append((b, _through(ref, end.module, end.name, end.steps),
-                                  end.steps))
-        if found:
-            return found
-        if resolution.dead_end is not None:
-            unfollowed.append(f"{ref.file}:{ref.line}: {ref.test} calls {ref.target}; the "
-                              f"first link not followed: {resolution.dead_end}")
-        elif resolution.endpoints:
-            ops = ", ".join(sorted({f"{e.module}.{e.name}" for e in resolution.endpoints}))
-            unfollowed.append(f"{ref.file}:{ref.line}: {ref.test} calls {ref.target}, which "
-                              f"reaches {ops}: no binding of that name and module was found")
-    return [(b, r, ()) for b, r in match_reference(ref, candidates.get(ref.op_name, []))]
+    if ref.target is None:
+        return [(b, r, ()) for b, r in match_reference(ref, candidates.get(ref.op_name, []))]
+    resolution = graph.resolve(ref.file, ref.target, ref.line, ref.backward)
+    found: list[Pair] = []
+    for end in resolution.endpoints:
+        for b, modules in candidates.get(end.name, []):
+            if end.module in modules or end.module.rsplit(".", 1)[-1] in modules:
+                found.append((b, _through(ref, end.module, end.name, end.steps), end.steps))
+    if found:
+        return found
+    by_name: list[Pair] = [(b, r, ()) for b, r in
+                           match_reference(ref, candidates.get(ref.op_name, []))]
+    if not by_name:
+        unfollowed.append(_not_followed(ref, graph))
+    return by_name
+
+
+def summarised(unfollowed: list[str]) -> list[str]:
+    """One line per call that reached no op, the calls of one name that stop at the same
+    link counted on the first's line."""
+    by_what: dict[str, list[str]] = {}
+    for line in unfollowed:
+        what = line.partition(": ")[2]
+        by_what.setdefault(what.split(" calls ", 1)[-1], []).append(line)
+    return [lines[0] + (f" (and {len(lines) - 1} more calls of it)" if len(lines) > 1 else "")
+            for lines in by_what.values()]
+
+
+def _not_followed(ref: ReferenceTest, graph: PyGraph) -> str:
+    resolution = graph.resolve(ref.file, ref.target or "", ref.line, ref.backward)
+    if resolution.dead_end is not None:
+        return (f"{ref.file}:{ref.line}: {ref.test} calls {ref.target}; the first link not "
+                f"followed: {resolution.dead_end}")
+    ops = ", ".join(sorted({f"{e.module}.{e.name}" for e in resolution.endpoints})) or \
+        "no op"
+    return (f"{ref.file}:{ref.line}: {ref.test} calls {ref.target}, which reaches {ops}: no "
+            "binding of that name and module was found")
 
 
 def _through(ref: ReferenceTest, module: str, name: str,
@@ -89,8 +111,8 @@ def _through(ref: ReferenceTest, module: str, name: str,
     that the way from the test to it is known."""
     via = " -> ".join(s.name for s in steps)
     why = f"{ref.why}; reaches {module}.{name}" + (f" through {via}" if via else "")
-    return replace(ref, op_name=name, module_hint=module, why=why,
-                   confidence=round(min(ref.confidence + 0.1, 0.9), 2))
+    return evolve(ref, op_name=name, module_hint=module, why=why,
+                  confidence=round(min(ref.confidence + 0.1, 0.9), 2))
 
 
 def _confirm_helper(ref: ReferenceTest, graph: PyGraph) -> ReferenceTest:
@@ -100,8 +122,8 @@ def _confirm_helper(ref: ReferenceTest, graph: PyGraph) -> ReferenceTest:
         return ref
     found = _compare_helper(ref, graph)
     if found is not None:
-        return replace(ref, helper=found)
-    return replace(ref, confidence=round(ref.confidence * 0.8, 2),
+        return evolve(ref, helper=found)
+    return evolve(ref, confidence=round(ref.confidence * 0.8, 2),
                    why=f"{ref.why} (`{ref.helper}` taken as a comparison by its name)")
 
 
@@ -130,12 +152,8 @@ def _compares(graph: PyGraph, file: str, name: str, depth: int) -> bool:
                for target, _ in symbol.targets if target.startswith(f".{own}."))
 
 
-def _chain(ref: ReferenceTest, steps: tuple[Step, ...], bound: BoundPath | None,
-           kernel: Kernel) -> tuple[Step, ...]:
-    head = [Step("test", f"{ref.test} calls {ref.op}", ref.file, ref.line), *steps]
-    if bound is None:
-        return tuple(head)
-    return (*head, *bound.steps(kernel.definition))
+def _test_step(ref: ReferenceTest) -> Step:
+    return Step("test", f"{ref.test} calls {ref.op}", ref.file, ref.line)
 
 
 def _unpaired(kernel: Kernel, bound: dict[Binding, BoundPath]) -> tuple[str, ...]:

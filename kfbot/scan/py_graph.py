@@ -80,11 +80,25 @@ class PyGraph:
                                if b.kind == "kernel_builder" and b.package_dir}
         self.problems: list[Problem] = []
         self._looped: set[tuple[str, str]] = set()
+        self._resolved: dict[tuple[str, str, bool], Resolution] = {}
 
     def resolve(self, file: str, path: str, line: int, backward: bool = False) -> Resolution:
-        """The ops `path`, called in `file` at `line`, reaches."""
+        """The ops `path`, called in `file` at `line`, reaches (not to be changed).
+
+        Where a path leads depends only on the folder it is called from, and many tests
+        of one folder call the same ops: the answer is kept per folder (a dead end at the
+        call itself names no place, the caller's place being the call's).
+        """
+        folder = posixpath.dirname(file)
+        if not path.startswith(".") and self._submodule(folder, path.split(".", 1)[0]) is None:
+            folder = ""  # nothing beside the file shadows the name: it means the same anywhere
+        key = (folder, path, backward)
+        found = self._resolved.get(key)
+        if found is not None:
+            return found
         out = Resolution()
         self._follow(file, path, line, backward, (), out)
+        self._resolved[key] = out
         return out
 
     def _follow(self, file: str, path: str, line: int, backward: bool,
@@ -101,7 +115,7 @@ class PyGraph:
             return
         where = self._locate(file, path)
         if isinstance(where, str):
-            self._dead_end(file, line, path, where, out)
+            self._dead_end(file, line if len(trail) > 1 else 0, path, where, out)
             return
         if where[0] == "extension":
             module, rest = where[1], where[2]
@@ -242,7 +256,7 @@ class PyGraph:
     def _dead_end(self, file: str, line: int, path: str, why: str, out: Resolution) -> None:
         head = path.lstrip(".").split(".")[0]
         if out.dead_end is None and (path.startswith(".") or head not in WELL_KNOWN):
-            out.dead_end = f"{file}:{line}: {why}"
+            out.dead_end = f"{file}:{line}: {why}" if line else why
 
     def _loop(self, file: str, path: str, line: int,
               trail: tuple[tuple[str, str], ...]) -> None:

@@ -146,8 +146,11 @@ class OpFinder:
         ext = self._extension(base, scope, depth)
         if ext is None or (ext[1] < 0.9 and REFERENCE_NAME.search(func.attr)):
             return None
-        return Op(as_written(func), func.attr, ext[0], ext[1], call, site,
-                  self.paths.of(func, scope))
+        # Followed across modules: what is imported, or held less surely than a build
+        # of this file (a module from get_kernel, a factory's result).
+        imported = head_name(base) in self.index.imports
+        target = self.paths.of(func, scope) if imported or ext[1] < 0.9 else None
+        return Op(as_written(func), func.attr, ext[0], ext[1], call, site, target)
 
     def _name_op(self, call: ast.Call, func: ast.Name, scope: Scope, depth: int) -> Op | None:
         b = self.index.lookup(func.id, scope, func.lineno)

@@ -16,10 +16,12 @@ from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.assemble import assemble
 from kfbot.scan.build_toml import read_build_toml
+from kfbot.scan.cache import FactsCache, StatKey
 from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
 from kfbot.scan.files import Inventory, SourceFile, collect
 from kfbot.scan.link import Linker
 from kfbot.scan.model import CudaFileFacts, Problem, PyFileFacts, ScanReport
+from kfbot.scan.pairing import summarised
 from kfbot.scan.python_facts import extract_python_facts
 from kfbot.scan.tasks import apply_tasks
 
@@ -33,12 +35,19 @@ FileResult = tuple[list[CudaFileFacts], list[PyFileFacts], list[Problem]]
 
 
 def scan(root: Path, config: Config, progress: Progress | None = None,
-         jobs: int | None = None) -> ScanReport:
+         jobs: int | None = None, cache: bool = False) -> ScanReport:
+    """The scan of the repository at `root`. With `cache`, the facts of files unchanged
+    since the last cached scan are reused (see `cache`)."""
     root = _check_root(root)
     with paused_gc():
-        with _Extraction(root, jobs or os.cpu_count() or 1) as extraction:
+        facts_cache = FactsCache(root) if cache else None
+        with _Extraction(root, jobs or os.cpu_count() or 1, facts_cache) as extraction:
             inventory = collect(root, config.scan, on_file=extraction.add)
+            if facts_cache is not None:
+                facts_cache.use_files(f.rel for f in inventory.files)
             cuda, python, problems = extraction.results(progress)
+        if facts_cache is not None:
+            facts_cache.save()
         return _report(root, config, inventory, cuda, python, problems)
 
 
@@ -54,7 +63,7 @@ def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFil
     all_problems.sort(key=lambda p: (p.file, p.line or 0))
     return ScanReport(root=str(root), kernels=tuple(kernels), problems=tuple(all_problems),
                       files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs,
-                      unfollowed=tuple(dict.fromkeys(linker.unfollowed)))
+                      unfollowed=tuple(summarised(linker.unfollowed)))
 
 
 @contextlib.contextmanager
@@ -93,14 +102,17 @@ class _Extraction:
     A small repository is read in this process once the walk is done. Once the walk has
     found enough files to pay for it, a pool of worker processes starts and is handed
     each batch as soon as it is full, so that the pool's start-up and the rest of the
-    walk overlap with reading.
+    walk overlap with reading. A file whose facts the cache holds is not read at all.
     """
 
-    def __init__(self, root: Path, jobs: int) -> None:
+    def __init__(self, root: Path, jobs: int, cache: FactsCache | None = None) -> None:
         self.root = str(root)
         self.jobs = jobs
+        self.cache = cache
         self.found = 0
+        self.hits: dict[int, FileResult] = {}  # walk position -> cached facts
         self.filling: list[SourceFile] = []
+        self.positions: list[tuple[int, SourceFile, StatKey | None]] = []  # read files
         self.waiting: list[list[SourceFile]] = []  # full batches no pool has been handed
         self.sent: list[tuple[AsyncResult[list[FileResult]], int]] = []
         self.pool: multiprocessing.pool.Pool | None = None
@@ -112,8 +124,14 @@ class _Extraction:
         self.close()
 
     def add(self, source: SourceFile) -> None:
-        self.filling.append(source)
+        position = self.found
         self.found += 1
+        key, hit = self.cache.lookup(source) if self.cache is not None else (None, None)
+        if hit is not None:
+            self.hits[position] = hit
+            return
+        self.positions.append((position, source, key))
+        self.filling.append(source)
         if len(self.filling) >= BATCH:
             self._flush()
 
@@ -121,19 +139,27 @@ class _Extraction:
                                                           list[PyFileFacts], list[Problem]]:
         """Every file's facts, in walk order (so the report is the same however it was split)."""
         self._flush()
-        cuda: list[CudaFileFacts] = []
-        python: list[PyFileFacts] = []
-        problems: list[Problem] = []
-        done = 0
+        found = dict(self.hits)
+        read = iter(self.positions)
+        done = len(self.hits)
         for batch_result, count in self._batch_results():
-            for c, p, probs in batch_result:
-                cuda += c
-                python += p
-                problems += probs
+            for result in batch_result:
+                position, source, key = next(read)
+                found[position] = result
+                if self.cache is not None:
+                    self.cache.add(source.rel, key, result)
             done += count
             if progress is not None:
                 progress(done, self.found)
         self.close()
+        cuda: list[CudaFileFacts] = []
+        python: list[PyFileFacts] = []
+        problems: list[Problem] = []
+        for position in range(self.found):
+            c, p, probs = found[position]
+            cuda += c
+            python += p
+            problems += probs
         return cuda, python, problems
 
     def close(self) -> None:
