@@ -207,3 +207,30 @@ def test_grad():
     })
     assert paired == {"add_kernel": [], "mul_kernel": ["tests/test_grad.py:6"]}
     assert _kernels(report)["mul_kernel"].references[0].backward
+
+
+def test_unittest_relative_error_and_an_output_buffer(tmp_path: Path) -> None:
+    """marlin's test: `op(A, B, C, ...)` writes C, compared by assertLess on a relative
+    mean error; the reference side calls a helper that makes a `pkg.Layer` (a class)."""
+    _, paired = _paired(tmp_path, {
+        "pkg/__init__.py": "from pkg import _C\nclass Layer:\n    pass\n"
+                           "def mul(a, c):\n    _C.mul_fwd(a, c)\n",
+        "test.py": """\
+import unittest
+import torch
+import pkg
+def weights():
+    layer = pkg.Layer()
+    return torch.randn(4)
+class Test(unittest.TestCase):
+    def check(self):
+        a = torch.randn(4)
+        c = torch.zeros(4)
+        ref = a * weights()
+        pkg.mul(a, c)
+        self.assertLess(torch.mean(torch.abs(c - ref)) / torch.mean(torch.abs(ref)), 1e-3)
+    def test_mul(self):
+        self.check()
+""",
+    })
+    assert paired == {"add_kernel": [], "mul_kernel": ["test.py:13"]}

@@ -72,12 +72,12 @@ class Linker:
         sources: list[str] = []
         notes = list(build.cannot_tell)
         for source in build.sources:
-            wildcard = _GLOB.search(source)
-            if wildcard is None:
+            if _GLOB.match(source) is None:
                 sources.append(source)
                 continue
             pattern = _glob_pattern(source)
-            fixed = source[:wildcard.start()].rpartition("/")[0]  # the folder the glob is in
+            first = min(i for i, c in enumerate(source) if c in "*?[")
+            fixed = source[:first].rpartition("/")[0]  # the folder the glob is in
             head = f"{fixed}/" if fixed else ""
             matched = sorted(f for f in self.inventory if f.startswith(head) and pattern.match(f))
             sources += matched
@@ -156,7 +156,8 @@ class Linker:
         return visible[0] if len(set(visible)) == 1 else None
 
 
-_GLOB = re.compile(r"[*?\[]")
+# A glob among a build's sources; one kept as written (not a static path) is left alone.
+_GLOB = re.compile(r"^[^()\s]*[*?\[][^()\s]*$")
 
 
 def _glob_pattern(glob: str) -> re.Pattern[str]:

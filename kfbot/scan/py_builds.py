@@ -245,6 +245,8 @@ class BuildReader:
             for e in expr.elts:
                 if isinstance(e, ast.Starred):
                     out += self._items(e.value, scope, depth + 1)
+                elif isinstance(e, ast.IfExp):  # `"-O3" if not debug else "-O0"`
+                    out += self._items(e, scope, depth + 1)
                 else:
                     out.append((e, scope))
             return out[:MAX_ITEMS]

@@ -32,6 +32,10 @@ _EXPECTED_KEYWORDS = ("expected", "desired", "other", "b", "y")
 HELPER_NAME = re.compile(
     r"^_*(?:assert_?|check_?|verify_?|compare_?)?(?:all_?close|close|equal|same|match|"
     r"tensors?|outputs?|results?)?(?:_fn|_tensors?|_outputs?)?$|^_*check$", re.I)
+_REDUCTIONS = frozenset({"torch.max", "torch.amax", "torch.mean"})
+_ASSERT_ORDER: dict[str, ast.cmpop] = {
+    "assertLess": ast.Lt(), "assertLessEqual": ast.LtE(), "assertGreater": ast.Gt(),
+    "assertGreaterEqual": ast.GtE()}
 _UNWRAP = frozenset({"cpu", "float", "double", "detach", "contiguous", "flatten", "numpy",
                      "to", "cuda", "clone", "reshape", "view"})
 
@@ -85,7 +89,18 @@ class CompareFinder:
             if c := self._compare_call(call, scope) or self._named_helper_call(call, scope):
                 found.append(c)
         found += [c for node in scope.compares if (c := self._abs_max_compare(node, scope))]
+        found += [c for call in scope.calls if (c := self._assert_less(call, scope))]
         return sorted(found, key=lambda c: c.line)
+
+    def _assert_less(self, call: ast.Call, scope: Scope) -> Cmp | None:
+        """`self.assertLess(err, tol)` (unittest) as `err < tol`."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr in _ASSERT_ORDER
+                and len(call.args) >= 2):
+            return None
+        compare = ast.copy_location(ast.Compare(left=call.args[0], ops=[_ASSERT_ORDER[func.attr]],
+                                                comparators=[call.args[1]]), call)
+        return self._abs_max_compare(compare, scope)
 
     def helper_params(self, fn: Scope) -> tuple[int, int, str] | None:
         """(i, j, kind) when function `fn` compares its parameters i and j."""
@@ -218,14 +233,14 @@ class CompareFinder:
         return expr
 
     def _reduced(self, expr: ast.expr) -> ast.expr | None:
-        """x for `x.max()` / `x.amax()` / `torch.max(x)`."""
+        """x for `x.max()` / `x.amax()` / `x.mean()` / `torch.max(x)` / `torch.mean(x)`."""
         if not isinstance(expr, ast.Call):
             return None
         func = expr.func
-        if isinstance(func, ast.Attribute) and func.attr in ("max", "amax") and not expr.args \
-                and self.index.qualname(func) not in ("torch.max", "torch.amax"):
+        if isinstance(func, ast.Attribute) and func.attr in ("max", "amax", "mean") \
+                and not expr.args and self.index.qualname(func) not in _REDUCTIONS:
             return func.value
-        if self.index.qualname(func) in ("torch.max", "torch.amax") and len(expr.args) == 1:
+        if self.index.qualname(func) in _REDUCTIONS and len(expr.args) == 1:
             return expr.args[0]
         return None
 

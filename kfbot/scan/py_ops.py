@@ -146,6 +146,8 @@ class OpFinder:
         ext = self._extension(base, scope, depth)
         if ext is None or (ext[1] < 0.9 and REFERENCE_NAME.search(func.attr)):
             return None
+        if func.attr[:1].isupper():
+            return None  # `pkg.Layer(8)` makes an object of a class: not the op
         # Followed across modules: what is imported, or held less surely than a build
         # of this file (a module from get_kernel, a factory's result).
         imported = head_name(base) in self.index.imports
@@ -163,8 +165,8 @@ class OpFinder:
         if full is None or full.split(".")[0] in WELL_KNOWN:
             return None
         op_name = full.rsplit(".", 1)[-1]
-        if REFERENCE_NAME.search(op_name):
-            return None
+        if REFERENCE_NAME.search(op_name) or op_name[:1].isupper():
+            return None  # a reference, or a class (making an object is not the op)
         module = full[: full.rfind(".")] if "." in full.lstrip(".") else ""
         hint = module.rsplit(".", 1)[-1] or None
         confidence = 0.7 if module and self._is_local_python(module) else 0.8

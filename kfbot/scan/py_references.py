@@ -216,6 +216,16 @@ class ReferenceFinder:
             return self._pair_gradients(cmp, scope)
         a, b = self._side(cmp.a, cmp.scope), self._side(cmp.b, cmp.scope)
         best_a, best_b = _best(a), _best(b)
+        if (best_a is None) != (best_b is None):
+            # A buffer the op writes (`ext.f(x, out)`) is the op's side, over an op only
+            # reached behind a helper on the other side.
+            for out, found in ((cmp.a, best_a), (cmp.b, best_b)):
+                op = self._out_param(out, cmp.scope) if found is None else None
+                if op is not None and (best_a or best_b or (0, op))[0] < 2:
+                    side = _Side(ops=[(op, True)], evidence=False)
+                    pair = (side, (2 + (op.confidence >= 0.9), op))
+                    return self._pair_ops(cmp, pair if out is cmp.a else (a, best_a),
+                                          pair if out is cmp.b else (b, best_b))
         if best_a is not None or best_b is not None:
             return self._pair_ops(cmp, (a, best_a), (b, best_b))
         for out, other, other_expr in ((cmp.a, b, cmp.b), (cmp.b, a, cmp.a)):

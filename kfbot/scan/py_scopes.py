@@ -82,7 +82,8 @@ def _last_known(binds: list[Bind]) -> Bind | None:
 def _is_test_file(rel_path: str) -> bool:
     parts = rel_path.split("/")
     base = parts[-1]
-    return (base.startswith("test_") or base.endswith("_test.py")
+    return (base.startswith("test_") or base.endswith("_test.py") or base in ("test.py",
+                                                                              "tests.py")
             or any(p in ("tests", "test") for p in parts[:-1]))
 
 

@@ -31,6 +31,8 @@ _DTYPES = {
 }
 
 
+_OS_CONSTANTS = {"os.curdir": ".", "os.path.curdir": ".", "os.pardir": "..",
+                 "os.path.pardir": "..", "os.sep": "/", "os.path.sep": "/"}
 _PATH_FUNCTIONS = frozenset({
     "os.path.join", "posixpath.join", "pathlib.Path", "Path", "pathlib.PurePath",
     "pathlib.PosixPath", "os.path.abspath", "os.path.realpath", "os.path.normpath",
@@ -167,6 +169,8 @@ class Evaluator:
         if q is not None and q.startswith("torch."):
             name = _DTYPES.get(q[len("torch."):])
             return Dtype(name) if name else None
+        if q in _OS_CONSTANTS:
+            return _OS_CONSTANTS[q]
         if expr.attr in ("parent", "name"):
             v = self.eval(expr.value, scope, world, depth + 1)
             if isinstance(v, str):

@@ -126,4 +126,5 @@ class _File:
 def is_test_module(rel_path: str) -> bool:
     """A pytest module (`test_*.py`, `*_test.py`): what it defines is imported by none."""
     base = rel_path.rsplit("/", 1)[-1]
-    return base.startswith("test_") or base.endswith("_test.py")
+    return base.startswith("test_") or base.endswith("_test.py") or base in ("test.py",
+                                                                             "tests.py")
