@@ -156,6 +156,9 @@ def _print_footer(report: ScanReport, console: Console) -> None:
         console.print(f"[dim]skipped generated build folder {d}/[/dim]")
     for p in report.problems:
         console.print(f"[{_colour(p)}]{_problem_text(p)}[/]", highlight=False)
+    if report.unfollowed:
+        console.print(f"{len(report.unfollowed)} calls from tests into the repository's code "
+                      "reached no op; `kfbot scan --explain KERNEL` shows where they stop")
 
 
 def _colour(p: Problem) -> str:
