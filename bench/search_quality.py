@@ -14,7 +14,13 @@ Targets: at least 95% of the exhaustive optimum within 32 evaluations, and at le
 Kernel Tuner's result at equal budget. Exit 0 when every target passes, 1 otherwise,
 3 without a CUDA GPU.
 
+With `--naive`, the naive-kernel section instead (bench/naive_kernels.py): `kfbot
+optimize --no-llm` with at most 32 evaluations on one naive fixture per kernel class,
+each result reproduced by `kfbot reproduce` and printed beside the fixture's best
+hand-written version; target: a geometric mean of the reproduced speedups of at least 5x.
+
     python bench/search_quality.py [--kernels softmax,gelu] [--seeds 3] [--quick]
+    python bench/search_quality.py --naive [--kernels softmax,matmul] [--budget-evals 32]
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import naive_kernels  # noqa: E402
 
 from kfbot.commands.common import cache_dir  # noqa: E402
 from kfbot.config import load_config  # noqa: E402
@@ -472,9 +481,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cache", type=Path, default=None,
                    help="kfbot build and input cache (default: kfbot's own, as for kfbot optimize)")
     p.add_argument("--json", type=Path, help="also write the rows and the verdict here")
+    naive = p.add_argument_group("the naive-kernel section (--naive)")
+    naive.add_argument("--naive", action="store_true",
+                       help="kfbot optimize --no-llm on the naive fixtures, reproduced, beside "
+                            f"hand-written versions (--kernels from: "
+                            f"{', '.join(b.key for b in naive_kernels.NAIVE)})")
+    naive.add_argument("--budget-evals", type=int, default=naive_kernels.MAX_BUDGET,
+                       metavar="N", help=f"evaluations per kernel (at most "
+                                         f"{naive_kernels.MAX_BUDGET}, the default)")
+    naive.add_argument("--seed", type=int, default=0, help="the search's seed (default 0)")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.cap < 1:
         p.error("--seeds and --cap must be at least 1")
+    if not 1 <= args.budget_evals <= naive_kernels.MAX_BUDGET:
+        p.error(f"--budget-evals must be between 1 and {naive_kernels.MAX_BUDGET}")
     if args.quick and "--seeds" not in (argv if argv is not None else sys.argv[1:]):
         args.seeds = 1
     return args
@@ -482,7 +502,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    benches = pick(args.kernels, args.quick)
+    if args.naive:
+        naive_kernels.pick(args.kernels)  # a bad name is said before anything else
+    else:
+        benches = pick(args.kernels, args.quick)
     budgets = QUICK_BUDGETS if args.quick else BUDGETS
     # Wide whatever the terminal: the table has twelve columns, and a log or a batch
     # job's 80 columns would cut every figure to an ellipsis.
@@ -491,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         console.print(f"search_quality: needs a CUDA GPU: {missing}")
         return EXIT_NO_GPU
+    if args.naive:
+        return run_naive(args, console)
     version = kernel_tuner_version()
     console.print(f"Kernel Tuner: {version or 'not installed (its columns read not installed)'}")
     rows = []
@@ -518,6 +543,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          "kernel_tuner": version, "passed": passed,
                                          "summary": lines,
                                          "rows": [asdict(r) for r in rows]}, indent=1))
+    return EXIT_OK if passed else EXIT_FAIL
+
+
+def run_naive(args: argparse.Namespace, console: Console) -> int:
+    """The naive-kernel section: each kernel's row as it ends, then the table and verdict."""
+    benches = naive_kernels.pick(args.kernels)
+    rows: list[naive_kernels.NaiveRow] = []
+    with tempfile.TemporaryDirectory(prefix="kfbot-naive-") as tmp:
+        for bench in benches:
+            console.print(f"[bold]{bench.kernel}[/] ({bench.fixture}): optimize, reproduce, "
+                          "hand-written ...")
+            rows.append(naive_kernels.measure(bench, Path(tmp), args.budget_evals, args.seed,
+                                              None))
+            console.print(naive_kernels.table(rows[-1:], args.budget_evals))
+    console.print(naive_kernels.table(rows, args.budget_evals))
+    lines, passed = naive_kernels.summary(rows, args.budget_evals)
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "section": "naive", "budget": args.budget_evals, "seed": args.seed,
+            "passed": passed, "summary": lines,
+            "rows": [{**asdict(r), "bench": asdict(r.bench)} for r in rows]}, indent=1))
     return EXIT_OK if passed else EXIT_FAIL
 
 

@@ -37,6 +37,7 @@ from kfbot.scan.cuda_facts import extract_cuda_facts
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import BuildRecipe, Kernel, ReferenceTest, ScanReport
 from kfbot.scan.scanner import scan
+from kfbot.text import read_source
 
 if TYPE_CHECKING:
     from kfbot.evaluate.engine import EngineSettings
@@ -367,7 +368,7 @@ def compare_with_base(root: Path, base: str, changed: ChangedKernel, gpu: int | 
             return alone(f"new since {base}")
         if _recipe(task.build) != _recipe(_chosen_build(changed.kernel)):
             return alone(f"its build changed since {base}, so the two cannot be timed alike")
-        files = {f: (root / f).read_text() for f in changed.files if (root / f).is_file()}
+        files = {f: read_source(root / f, f) for f in changed.files if (root / f).is_file()}
         candidate = Candidate(files=files, origin="user", rationale=f"the change against {base}")
         with Engine(task, settings) as engine:
             before = engine.baseline()

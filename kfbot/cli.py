@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from kfbot import __version__
 from kfbot.errors import EXIT_USAGE, KfbotError
+from kfbot.text import printable
 
 # Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
 # need not import the evaluation engine that `verify` and `bench` are built on.
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except KfbotError as exc:
-        print(f"kfbot: error: {exc}", file=sys.stderr)
+        print(f"kfbot: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("kfbot: interrupted", file=sys.stderr)

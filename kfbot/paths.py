@@ -46,11 +46,12 @@ def resolve_inside(root: Path, rel: str, what: str = "path") -> Path:
     return path
 
 
-def refuse_link(path: Path, what: str) -> None:
-    """A file kfbot trusts for its own settings must be a real file, not a link."""
+def refuse_link(path: Path, what: str, shown: str | None = None) -> None:
+    """A file kfbot trusts for its own settings must be a real file, not a link (where it
+    points is not said: the message may be posted on a pull request)."""
     if path.is_symlink():
-        raise KfbotError(f"{path}: the {what} is a symbolic link (to {os.readlink(path)}); "
-                         f"kfbot reads its {what} only from a regular file in the repository")
+        raise KfbotError(f"{shown or path}: the {what} is a symbolic link; kfbot reads its "
+                         f"{what} only from a regular file")
 
 
 @dataclass

@@ -57,5 +57,11 @@ def shown(text: str, limit: int = SHOWN_LIMIT) -> str:
     return out[: max(limit - 1, 0)] + _ELLIPSIS
 
 
+def printable(text: str) -> str:
+    """`text` with control characters made visible (line breaks and tabs kept), for a
+    terminal or a log: a file name or a message must not move the cursor or recolour."""
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else _escaped(ch) for ch in text)
+
+
 def _escaped(ch: str) -> str:
     return repr(ch)[1:-1]  # "\x1b", "\n", "\u2028": visible, never interpreted

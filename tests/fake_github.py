@@ -186,6 +186,7 @@ class FakeGitHub(ThreadingHTTPServer):
         self.labels: dict[str, dict[str, JSON]] = {}
         self.permissions: dict[tuple[str, str], str] = {}
         self.failures: list[Failure] = []
+        self.holds: list[tuple[str, str, threading.Event, threading.Event]] = []
         self.lock = threading.RLock()
         self._next_id = 1000
         self._thread: threading.Thread | None = None
@@ -298,6 +299,14 @@ class FakeGitHub(ThreadingHTTPServer):
             self.failures.append(Failure(method.upper(), path_regex, status,
                                          body if body is not None else _error_body(status),
                                          dict(headers or {}), times))
+
+    def hold_next(self, method: str, path_regex: str) -> tuple[threading.Event, threading.Event]:
+        """Keep the next matching request waiting: (arrived, release). The test can look at
+        the client while it waits for the answer, then set `release`."""
+        arrived, release = threading.Event(), threading.Event()
+        with self.lock:
+            self.holds.append((method.upper(), path_regex, arrived, release))
+        return arrived, release
 
     # -- reading what happened -------------------------------------------------------------
 
@@ -923,12 +932,23 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode(errors="replace")
         auth = self.headers.get("Authorization")
+        self._wait_if_held(method, path)
         with self.server.lock:
             status, payload, headers = self._answer(method, path, query, body, auth)
             self.server.calls.append(Call(method, path, query, body, auth, status))
         if isinstance(payload, list) and status == 200:
             payload, headers = _paginate(self.server, path, query, payload, headers)
         self._send(status, payload, headers)
+
+    def _wait_if_held(self, method: str, path: str) -> None:
+        with self.server.lock:
+            held = next((h for h in self.server.holds
+                         if h[0] == method and re.fullmatch(h[1], path)), None)
+            if held is not None:
+                self.server.holds.remove(held)
+        if held is not None:
+            held[2].set()
+            held[3].wait(timeout=60)
 
     def _answer(self, method: str, path: str, query: dict[str, str], body: Any,
                 auth: str | None) -> tuple[int, Any, dict[str, str]]:

@@ -273,7 +273,7 @@ def test_inputs_are_read_and_converted() -> None:
                                  "speedup of at least 1.0"),
     ("INPUT_MIN_SPEEDUP", "fast", "expected a number such as 1.05, got 'fast'"),
     ("INPUT_COMMAND", "deploy", "action input 'command' (INPUT_COMMAND): expected one of "
-                                "auto, optimize, scan, guard, got 'deploy'"),
+                                "auto, optimize, scan, guard, authorize, got 'deploy'"),
     ("INPUT_CONFIG", "../secrets.yaml", "action input 'config' (INPUT_CONFIG): expected a "
                                         "path inside the repository"),
     ("INPUT_GPU", "-1", "action input 'gpu' (INPUT_GPU): expected a GPU index"),
@@ -433,7 +433,8 @@ def test_dispatch_scan_writes_the_table_to_the_summary(harness: Harness) -> None
     assert harness.server.calls == []  # a scan needs no GitHub
     assert run.outputs == {"pr-url": "", "pr-number": "", "pr-operation": "none",
                            "best-speedup": "", "report-path": str(harness.tmp / "runner" /
-                                                                  "kfbot" / "kfbot-report.md")}
+                                                                  "kfbot" / "kfbot-report.md"),
+                           "authorized": "false", "head-sha": ""}
 
 
 def test_schedule_dry_run_plans_without_a_gpu(harness: Harness) -> None:

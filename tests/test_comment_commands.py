@@ -4,7 +4,7 @@ end to end through `kfbot action` against the fake GitHub server and real git re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,13 +12,16 @@ from test_action import EVENTS, REPO, Harness, started_harness
 
 from kfbot.config import GithubConfig
 from kfbot.errors import KfbotError
-from kfbot.github.api import connect, repository
-from kfbot.github.authorize import HeadMoved, check_head, pin_head, read_head
+from kfbot.github.action_io import Result
+from kfbot.github.api import Retry, connect, repository
+from kfbot.github.authorize import Head, HeadMoved, check_head, pin_head, read_head
 from kfbot.github.comments import (
     USAGE,
     Command,
     CommandError,
+    Settings,
     command_line,
+    handle_comment,
     ignored_because,
     parse_command,
 )
@@ -405,9 +408,10 @@ def test_a_long_rate_limit_fails_clearly_and_keeps_the_report(harness: Harness) 
     message = "GitHub asks to wait 3600 s (429: API rate limit exceeded; Retry-After 3600), " \
               "longer than the 120 s kfbot waits; try again later"
     first = f"reading @alice's permission: {message}"
-    then = f"then commenting on pull request #1: {message}"
-    assert first in run.summary and then in run.summary and then in run.err
-    assert "::error title=kfbot::" in run.out
+    posted = ("the result could not be posted on the pull request: commenting on pull "
+              f"request #1: {message}")
+    assert first in run.summary and posted in run.summary
+    assert f"::error title=kfbot::{posted}" in run.out
     assert message in Path(run.outputs["report-path"]).read_text()
 
 
@@ -440,3 +444,103 @@ def test_read_head_of_a_closed_pull_request(harness: Harness) -> None:
                               write_interval=0), REPO)
     with pytest.raises(HeadMoved, match="pull request #1 is closed"):
         read_head(repo, 1)
+
+
+# ---- the authorize job, then the GPU job ---------------------------------------------------
+
+
+def test_the_authorize_job_pins_the_head_without_a_checkout(harness: Harness) -> None:
+    harness.open_pull()
+    event = harness.comment_event("/kfbot scan")
+    empty = harness.tmp / "no-checkout"
+    empty.mkdir()
+    harness.workspace = empty  # the authorize job checks nothing out
+    run = harness.run("issue_comment", event, command="authorize")
+    assert run.code == 0
+    assert run.outputs["authorized"] == "true"
+    assert run.outputs["head-sha"] == harness.head_sha
+    (body,) = harness.comments()
+    assert "⏳ kfbot: authorized: scan on" in body and "waiting for the GPU runner" in body
+    comment = harness.server.comments_on(REPO, 1)[0]["id"]
+    assert harness.reactions(comment) == ["eyes"]  # the GPU job ends it
+
+
+def test_the_gpu_job_runs_the_authorized_head_and_ends_the_status(harness: Harness) -> None:
+    harness.open_pull()
+    event = harness.comment_event("/kfbot scan")
+    run = harness.run("issue_comment", event, head_sha=harness.head_sha)
+    assert run.code == 0 and "3 CUDA kernels found" in run.summary
+    (body,) = harness.comments()  # the authorize job's comment would be this one, edited
+    assert "🚀 kfbot: 3 CUDA kernels found" in body
+
+
+def test_the_gpu_job_refuses_a_head_that_moved_after_authorization(harness: Harness) -> None:
+    harness.open_pull()
+    approved = harness.head_sha
+    harness.push_to_pull({"csrc/extra.cu": "// pushed after the authorization\n"})
+    run = harness.run("issue_comment", harness.comment_event("/kfbot scan"), head_sha=approved)
+    assert run.code == 1
+    assert f"moved from {approved[:7]}" in harness.comments()[0]
+    assert "| softmax_kernel |" not in harness.comments()[0]
+
+
+@pytest.mark.parametrize(("body", "user", "said"), [
+    ("/kfbot help", "alice", "kfbot commands"),
+    ("/kfbot scan", "mallory", "@mallory is not authorized"),
+    ("/kfbot frobnicate\x1b[2J", "alice", "unknown command `frobnicate\\x1b[2J`"),
+])
+def test_the_authorize_job_answers_what_needs_no_gpu(harness: Harness, body: str, user: str,
+                                                     said: str) -> None:
+    harness.open_pull()
+    run = harness.run("issue_comment", harness.comment_event(body, user=user),
+                      command="authorize")
+    assert run.outputs["authorized"] == "false" and run.outputs["head-sha"] == ""
+    assert said in harness.comments()[0]
+    assert "\x1b" not in harness.comments()[0] and "\x1b" not in run.summary
+
+
+def test_echoed_words_are_cut_and_escaped(harness: Harness) -> None:
+    harness.open_pull()
+    word = "x" * 2_000_000
+    harness.run("issue_comment", harness.comment_event(f"/kfbot {word}"))
+    body = harness.comments()[0]
+    assert len(body) < 10_000
+    assert "unknown command `" + "x" * 79 + "…`" in body
+
+
+class _PublishedWork:
+    """Work whose optimize opened a pull request (the GPU part is not what is tested)."""
+
+    def scan(self) -> Result:
+        raise AssertionError("not asked")
+
+    def bench(self, command: Command) -> Result:
+        raise AssertionError("not asked")
+
+    def optimize(self, command: Command, policy: GithubConfig, head: Head,
+                 before_publish: Callable[[], None]) -> Result:
+        before_publish()
+        return Result("softmax_kernel: 3.10x; opened pull request #9", "## the report\n",
+                      pr_url="https://github.com/o/r/pull/9", pr_number=9,
+                      pr_operation="created", best_speedup=3.1)
+
+
+def test_a_502_on_the_last_status_update_keeps_the_result(harness: Harness) -> None:
+    harness.open_pull()
+    event = load_event("issue_comment", harness.comment_event("/kfbot optimize softmax_kernel"),
+                       REPO)
+    assert isinstance(event, CommentEvent)
+    repo = repository(connect(harness.server.token, harness.server.base_url), REPO)
+    settings = Settings(harness.workspace, GithubConfig, str, None,
+                        Retry(attempts=2, sleep=lambda _: None))
+    # Let the 👀 and the first status through; every later edit of the status fails.
+    harness.server.fail_next("PATCH", r"/repos/.*/issues/comments/\d+", 502, times=10)
+    result = handle_comment(event, repo, _PublishedWork(), settings)
+    assert result.pr_url == "https://github.com/o/r/pull/9" and result.best_speedup == 3.1
+    assert result.exit_code == 1
+    assert "## the report" in result.details
+    assert "could not be posted on the pull request" in result.details
+    assert any("502" in a.message for a in result.annotations)
+    outputs = result.outputs("/tmp/report.md")
+    assert outputs["pr-url"] == "https://github.com/o/r/pull/9"
+    assert outputs["best-speedup"] == "3.100"

@@ -112,3 +112,42 @@ def test_params_candidates_compile(tmp_path: Path, point: dict[str, str]) -> Non
     proc = subprocess.run(["nvcc", "-c", "-std=c++17", *defines, "-o", str(tmp_path / "m.o"),
                            str(src)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_constants_another_kernel_uses_are_not_knobs(tmp_path: Path) -> None:
+    from kfbot.evaluate.scope import shared_names
+    from kfbot.evaluate.task import make_task
+
+    root = tmp_path / "rows"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "naive_rows", root)
+    for shared in (False, True):
+        if shared:  # the neighbour's launch reads the same constant
+            path = root / "csrc" / "softmax.cu"
+            path.write_text(path.read_text().replace(
+                "scale_kernel<<<(unsigned)((n + 255) / 256), 256>>>",
+                "scale_kernel<<<(unsigned)((n + kRowThreads - 1) / kRowThreads), kRowThreads>>>"))
+        config = load_config(None, root)
+        task = make_task(select_kernel(scan(root, config).kernels, "softmax_kernel"), root,
+                         config)
+        names = [k.name for k in knobs(task.tunables, shared_names(task))]
+        assert ("kRowThreads" in names) is not shared
+        assert "kRowThreads" in [k.name for k in knobs(task.tunables)]
+
+
+def test_a_knob_whose_line_moved_changes_nothing() -> None:
+    from kfbot.search.rewrites import propose_rewrites
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "naive_rows"
+    config = load_config(None, root)
+    for kernel, path in (("softmax_kernel", "csrc/softmax.cu"),
+                         ("rms_norm_kernel", "csrc/rms_norm.cu")):
+        task_knobs = knobs(select_kernel(scan(root, config).kernels, kernel).tunables)
+        assert task_knobs
+        files = {path: (root / path).read_text()}
+        [warp] = [c for c in propose_rewrites(files, [path], ORIGINAL, kernel)
+                  if c.rationale.startswith("warp-per-row")]
+        for knob in task_knobs:
+            other = next(v for v in knob.choices if v != knob.current)
+            point = {k.name: (other if k is knob else k.current) for k in task_knobs}
+            assert apply_point(task_knobs, point, files, ORIGINAL) is not None
+            assert apply_point(task_knobs, point, {**files, **warp.files}, warp) is None

@@ -111,7 +111,8 @@ def _winner(work: Path, speedup: float = 1.84, text: str = FAST,
 def _settings(fake: FakeGitHub, sleeps: list[float] | None = None, **github: object
               ) -> PublishSettings:
     return PublishSettings(github=GithubConfig(**github),  # type: ignore[arg-type]
-                           repo_slug=SLUG, token=fake.token, base_url=fake.base_url, env={},
+                           repo_slug=SLUG, token=fake.token, base_url=fake.base_url,
+                           env={"GITHUB_SERVER_URL": "https://github.com"},
                            retry=Retry(sleep=(sleeps if sleeps is not None else []).append),
                            read_interval=0, write_interval=0)
 

@@ -60,3 +60,16 @@ def test_a_module_runs_without_the_working_directory_on_its_path(tmp_path: Path)
     assert not planted.exists()
     assert str(tmp_path) not in seen["path"] and "" not in seen["path"]
     assert seen["argv"] == ["--flag", "x"]
+
+
+def test_kfbot_keeps_the_runner_variables_it_reads_and_no_secret() -> None:
+    from kfbot.credentials import clean_environment
+
+    env = {**LEAKY, **KEPT, "HOME": "/root", "GITHUB_REPOSITORY": "o/r",
+           "GITHUB_EVENT_PATH": "/e.json", "RUNNER_TEMP": "/t", "INPUT_BUDGET": "64",
+           "RAY_ADDRESS": "auto", "HTTPS_PROXY": "http://proxy:3128",
+           "HTTP_PROXY": "http://user:pw@proxy:3128", "ACTIONS_RUNTIME_TOKEN": "rt"}
+    clean = clean_environment(env)
+    assert {"GITHUB_REPOSITORY", "GITHUB_EVENT_PATH", "RUNNER_TEMP", "INPUT_BUDGET",
+            "RAY_ADDRESS", "HTTPS_PROXY", "HOME", *KEPT} <= set(clean)
+    assert not {*LEAKY, "HTTP_PROXY", "ACTIONS_RUNTIME_TOKEN"} & set(clean)

@@ -7,6 +7,7 @@ launch, binding and comparison), independently of the scanner's output.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,12 @@ def test_hostile_files_are_reported_and_the_scan_goes_on(
     problems = {(p["file"], p["severity"]): p for p in rep["problems"]}
     assert set(problems) == {("a/b_link", "warning"), ("bad_syntax.py", "warning"),
                              ("broken.cu", "warning"), ("empty.cu", "info"),
-                             ("junk.cu", "warning"), ("loop", "warning")}
+                             ("junk.cu", "warning"), ("loop", "warning"),
+                             ("outside.cu", "warning"), ("rootfs", "warning")}
+    for link, target in (("outside.cu", "/etc/hostname"), ("rootfs", "/")):
+        assert problems[(link, "warning")]["message"] == (
+            f"symbolic link to {os.path.realpath(target)}, outside the repository; not read")
+    assert "latin1_kernel" in names
     assert problems[("broken.cu", "warning")]["line"] == 6
     assert problems[("bad_syntax.py", "warning")]["line"] == 7
     assert "binary" in problems[("junk.cu", "warning")]["message"]

@@ -21,7 +21,8 @@ EXAMPLES = sorted((ROOT / "examples" / "workflows").glob("*.yml"))
 CI = ROOT / ".github" / "workflows" / "ci.yml"
 WORKFLOWS = [*EXAMPLES, CI]
 KEBAB = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-OUTPUTS = {"pr-url", "pr-number", "pr-operation", "best-speedup", "report-path"}
+OUTPUTS = {"pr-url", "pr-number", "pr-operation", "best-speedup", "report-path", "authorized",
+           "head-sha"}
 # Text anyone can write: the comment, titles, bodies, branch names, commit messages.
 UNTRUSTED = re.compile(
     r"github\.(?:event\.(?:comment\.body|issue\.(?:title|body)|pull_request\.(?:title|body|"
@@ -153,13 +154,22 @@ def test_pull_request_workflows_run_one_at_a_time_per_pull_request(name: str,
     assert group_part in concurrency["group"]
 
 
-def test_comment_workflow_answers_only_pull_request_comments_and_checks_out_the_head() -> None:
+def test_comment_workflow_authorizes_before_any_checkout() -> None:
+    """A job that checks nothing out authorizes; the GPU job checks out the pinned head."""
     workflow = _load(ROOT / "examples" / "workflows" / "kfbot-comment.yml")
     assert _on(workflow) == {"issue_comment": {"types": ["created"]}}
-    job = workflow["jobs"]["kfbot"]
-    assert "github.event.issue.pull_request" in job["if"]
-    checkout = job["steps"][0]["with"]
-    assert checkout["ref"] == "refs/pull/${{ github.event.issue.number }}/head"
+    authorize, gpu = workflow["jobs"]["authorize"], workflow["jobs"]["gpu"]
+    assert "github.event.issue.pull_request" in authorize["if"]
+    assert "github.event.comment.author_association" in authorize["if"]
+    assert all("checkout" not in str(s.get("uses", "")) for s in authorize["steps"])
+    assert authorize["runs-on"] == "ubuntu-latest"  # no pull request code near the GPU runner
+    (step,) = authorize["steps"]
+    assert step["with"]["command"] == "authorize"
+    assert gpu["needs"] == "authorize"
+    assert gpu["if"] == "needs.authorize.outputs.authorized == 'true'"
+    checkout, run = gpu["steps"]
+    assert checkout["with"]["ref"] == "${{ needs.authorize.outputs.head-sha }}"
+    assert run["with"]["head-sha"] == "${{ needs.authorize.outputs.head-sha }}"
 
 
 def test_pull_request_workflow_runs_no_fork_code_on_the_gpu_runner() -> None:

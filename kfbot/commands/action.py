@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from github.Repository import Repository
 
+from kfbot import credentials
 from kfbot.commands.common import cache_dir
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
@@ -44,6 +45,7 @@ from kfbot.scan.model import ScanReport
 from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.text import printable
 
 if TYPE_CHECKING:
     from kfbot.search.runner import OptimizeSettings
@@ -69,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    return Action(os.environ).run()
+    return Action(credentials.original_environment()).run()
 
 
 class Action:
@@ -99,12 +101,14 @@ class Action:
         inputs = action_io.read_inputs(self.env)
         token = inputs.token or self.env.get("GITHUB_TOKEN", "").strip()
         inputs = dataclasses.replace(inputs, token=token)
-        _keep_secrets_from_subprocesses(inputs.anthropic_api_key)
+        inputs = dataclasses.replace(inputs, anthropic_api_key=inputs.anthropic_api_key or (
+            self.env.get("ANTHROPIC_API_KEY", "").strip()))
+        _keep_secrets_from_subprocesses()
         ctx = Context.from_env(self.env, inputs, self.redact)
         event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
         mode = _mode(inputs.command, ctx.event_name)
-        if mode == "comment" and isinstance(event, CommentEvent):
-            return comment_mode(ctx, event)
+        if mode in ("comment", "authorize") and isinstance(event, CommentEvent):
+            return comment_mode(ctx, event, authorize_only=mode == "authorize")
         if mode == "guard" and isinstance(event, PullRequestEvent):
             from kfbot.commands.guard import guard_mode  # it uses this module's helpers
 
@@ -124,21 +128,20 @@ class Action:
         outputs = {k: self.redact(v) for k, v in result.outputs(str(self.report_path)).items()}
         action_io.write_outputs(_path(self.env, "GITHUB_OUTPUT"), outputs)
         stream = sys.stdout if result.exit_code == EXIT_OK else sys.stderr
-        print(self.redact(f"kfbot: {result.headline}"), file=stream, flush=True)
+        print(printable(self.redact(f"kfbot: {result.headline}")), file=stream, flush=True)
 
 
-def _keep_secrets_from_subprocesses(anthropic_key: str) -> None:
-    """Take the token out of the environment every compiler, git and test would inherit.
+def _keep_secrets_from_subprocesses() -> None:
+    """Take every secret out of the environment that compilers, git and tests inherit.
 
-    kfbot holds it in memory and hands it to the one `git push` and the API client that
-    need it. The Anthropic key stays where the LLM mutator reads it; the workers that
-    run candidates and the repository's tests drop it with every secret-looking name.
+    kfbot holds them in memory (`kfbot.credentials`, the action's inputs) and hands them
+    to the one `git push` and the API clients that need them. `kfbot action` started as a
+    program has already re-executed itself without them; this covers a caller that runs
+    it in-process.
     """
     for name in (*(action_io.env_name(n) for n in action_io.SECRET_INPUTS), "GITHUB_TOKEN",
-                 "GH_TOKEN"):
+                 "GH_TOKEN", "ANTHROPIC_API_KEY"):
         os.environ.pop(name, None)
-    if anthropic_key:
-        os.environ["ANTHROPIC_API_KEY"] = anthropic_key
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:
@@ -155,8 +158,14 @@ def _mode(command: str, event_name: str) -> str:
     if command == "auto":
         return {"issue_comment": "comment", "pull_request": "guard"}.get(event_name, "optimize")
     if event_name == "issue_comment":
+        if command == "authorize":
+            return "authorize"
         raise KfbotError(f"action input 'command': {command!r} does not apply to issue_comment "
-                         "events (the comment holds the command); leave it at auto")
+                         "events (the comment holds the command); leave it at auto, or use "
+                         "authorize in a job that checks nothing out")
+    if command == "authorize":
+        raise KfbotError(f"action input 'command': authorize needs an issue_comment event, "
+                         f"not {event_name}")
     if command == "guard" and event_name != "pull_request":
         raise KfbotError(f"action input 'command': guard needs a pull_request event, "
                          f"not {event_name}")
@@ -254,7 +263,7 @@ def problem_annotations(report: ScanReport, only: set[str] | None = None
 # ---- comment commands --------------------------------------------------------------------
 
 
-def comment_mode(ctx: Context, event: CommentEvent) -> Result:
+def comment_mode(ctx: Context, event: CommentEvent, authorize_only: bool = False) -> Result:
     why = ignored_because(event)
     if why is not None:  # before any request: edits and bots need no token
         return Result(f"nothing to do: {why}")
@@ -263,7 +272,9 @@ def comment_mode(ctx: Context, event: CommentEvent) -> Result:
     def policy() -> GithubConfig:
         return ctx.github_config(policy_on_default_branch(repo, ctx.inputs.config or None))
 
-    settings = Settings(ctx.root, policy, ctx.redact, ctx.run_url(), DEFAULT_RETRY)
+    settings = Settings(ctx.root, policy, ctx.redact, ctx.run_url(), DEFAULT_RETRY,
+                        authorize_only=authorize_only,
+                        approved_head=ctx.inputs.head_sha or None)
     return handle_comment(event, repo, _Work(ctx), settings)
 
 
@@ -379,7 +390,7 @@ def optimize_kernel(ctx: Context, spec: str, s: SearchSettings, github: GithubCo
     """Search one kernel on the GPU and publish a verified winner; a plan on a dry run."""
     task = task_for(ctx, spec)
     if ctx.inputs.dry_run:
-        return _plan(task, s)
+        return _plan(task, s, bool(ctx.inputs.anthropic_api_key))
     require_gpu(ctx.root, ctx.inputs.gpu)
     return _search_and_publish(ctx, task, s, github, before_publish)
 
@@ -392,11 +403,11 @@ def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
                             seconds=s.seconds)
 
 
-def _plan(task: KernelTask, s: SearchSettings) -> Result:
+def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
     from kfbot.search.llm import NO_KEY_NOTICE
     from kfbot.search.runner import make_plan
 
-    llm = "on" if os.environ.get("ANTHROPIC_API_KEY") else NO_KEY_NOTICE
+    llm = "on" if llm_key else NO_KEY_NOTICE
     plan = "\n".join(make_plan(task, _optimize_settings(s), llm).lines())
     return Result(f"dry run: the plan for {task.kernel_name}", f"```\n{plan}\n```\n")
 
@@ -417,7 +428,7 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
         if not base.ok:
             raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
                              f"{base.reason}")
-        llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()))
+        llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()), ctx.inputs.anthropic_api_key)
         outcome = optimize(task, engine, settings, run_dir, llm)
     report = outcome.files["report"].read_text(encoding="utf-8")
     if outcome.best is None:
@@ -445,4 +456,6 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
     return Result(f"{found}; {published.message}", report, pr_url=published.url or "",
                   pr_number=published.number,
                   pr_operation=published.operation if published.url else "none",
-                  best_speedup=best.speedup)
+                  best_speedup=best.speedup,
+                  annotations=tuple(Annotation("warning", w, title="kfbot")
+                                    for w in published.warnings))

@@ -139,6 +139,8 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
 
         published = publish_after_run(task, outcome, settings.islands, args)
         console.print(published.message, highlight=False, markup=False, soft_wrap=True)
+        for warning in published.warnings:
+            console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
         code = max(code, EXIT_FAILURE if published.operation == "skipped" else EXIT_OK)
     return code
 

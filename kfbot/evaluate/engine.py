@@ -33,11 +33,13 @@ from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import capture_signatures
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.scope import scope_findings
 from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
 from kfbot.scan.python_facts import extract_python_facts
+from kfbot.text import read_source
 
 JOBS = "kfbot.evaluate.device.jobs"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
@@ -138,7 +140,7 @@ class Engine:
             return ()
         text = candidate.files.get(recipe.file)
         if text is None:
-            text = (self.task.root / recipe.file).read_text()
+            text = read_source(self.task.root / recipe.file, recipe.file)
         facts = extract_python_facts(recipe.file, text.encode())
         return tuple(
             self._inline_text(s, candidate) for s in facts.inline_sources if s.build == recipe.name
@@ -147,7 +149,8 @@ class Engine:
     def _inline_text(self, source: InlineSource, candidate: Candidate) -> InlineSource:
         if source.text is not None or source.path is None:
             return source
-        text = candidate.files.get(source.path) or (self.task.root / source.path).read_text()
+        text = candidate.files.get(source.path) or read_source(self.task.root / source.path,
+                                                               source.path)
         return InlineSource(source.build, source.language, text, 0, source.path)
 
     def original(self) -> BuildResult:
@@ -225,7 +228,8 @@ class Engine:
         """The static anti-cheating rules on the candidate's source, before any build."""
         if not self.settings.static_checks or candidate.hash == ORIGINAL.hash:
             return []
-        return static_findings(static_input(self.task, candidate, self._op_dtypes()))
+        found = static_findings(static_input(self.task, candidate, self._op_dtypes()))
+        return [*found, *scope_findings(self.task, candidate)]
 
     def _op_dtypes(self) -> list[str]:
         sigs = self._signatures or []

@@ -9,7 +9,6 @@ build it. The user's working tree is never written: everything happens in a copy
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,9 +21,8 @@ from pathlib import Path
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.task import KernelTask
-
-SKIP = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".kfbot", "build", "dist",
-                              ".venv", "venv", "*.so", "*.o")
+from kfbot.paths import copy_repository
+from kfbot.text import write_source
 
 
 @dataclass(frozen=True)
@@ -66,12 +64,14 @@ def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800
 
 
 def _prepared_copy(root: Path, tmp: Path, candidate: Candidate) -> Path:
+    """The repository's own files (no link out of it followed) with the candidate's laid
+    over them; build outputs are left out so the copy builds its own."""
     copy = tmp / "repo"
-    shutil.copytree(root, copy, ignore=SKIP, symlinks=True)
+    copy_repository(root, copy)
     for rel, text in candidate.files.items():
         target = copy / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        write_source(target, text)
     return copy
 
 

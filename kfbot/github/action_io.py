@@ -21,7 +21,7 @@ from typing import Literal
 from kfbot.errors import KfbotError
 from kfbot.search.budget import parse_duration
 
-COMMANDS = ("auto", "optimize", "scan", "guard")
+COMMANDS = ("auto", "optimize", "scan", "guard", "authorize")
 
 # GitHub refuses a step summary over 1 MiB; stay under it with room for the note.
 SUMMARY_LIMIT = 1024 * 1024 - 4096
@@ -40,6 +40,7 @@ class ActionInputs:
     dry_run: bool = False
     min_speedup: float | None = None  # None: the config's github.min_speedup
     gpu: int | None = None
+    head_sha: str = ""  # the pull request head an authorize job approved
 
 
 def _text(value: str) -> str:
@@ -89,6 +90,12 @@ def _relative_path(value: str) -> str:
     return value
 
 
+def _sha(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{40}", value):
+        raise ValueError(f"expected a full 40-character commit SHA, got {value!r}")
+    return value
+
+
 def _kernel(value: str) -> str:
     if any(ch.isspace() for ch in value):
         raise ValueError(f"expected one kernel name, got {value!r}")
@@ -108,6 +115,7 @@ INPUTS: dict[str, tuple[str, Callable[[str], object]]] = {
     "dry-run": ("dry_run", _boolean),
     "min-speedup": ("min_speedup", _speedup),
     "gpu": ("gpu", _gpu_index),
+    "head-sha": ("head_sha", _sha),
 }
 # Inputs the composite action's shell steps use before kfbot runs (the interpreter
 # that installs and starts it); kfbot itself never reads them.
@@ -146,12 +154,15 @@ class Result:
     pr_operation: str = "none"  # created, updated or none
     best_speedup: float | None = None
     annotations: tuple[Annotation, ...] = ()
+    authorized_head: str = ""  # command authorize: the head the GPU job may run on
 
     def outputs(self, report_path: str) -> dict[str, str]:
         speedup = f"{self.best_speedup:.3f}" if self.best_speedup is not None else ""
         return {"pr-url": self.pr_url, "pr-number": str(self.pr_number or ""),
                 "pr-operation": self.pr_operation, "best-speedup": speedup,
-                "report-path": report_path}
+                "report-path": report_path,
+                "authorized": "true" if self.authorized_head else "false",
+                "head-sha": self.authorized_head}
 
 
 # ---- secrets ------------------------------------------------------------------------

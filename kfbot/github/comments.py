@@ -12,6 +12,7 @@ pull request and command says how far it got and, at the end, the result.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Callable
@@ -23,11 +24,12 @@ from github.IssueComment import IssueComment
 from github.Repository import Repository
 
 from kfbot.config import GithubConfig
-from kfbot.errors import EXIT_MISSING_TOOL, EXIT_OK, KfbotError
-from kfbot.github.action_io import Result
+from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
+from kfbot.github.action_io import Annotation, Result
 from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call
 from kfbot.github.authorize import (
     Head,
+    HeadMoved,
     Refused,
     authorize,
     check_checkout,
@@ -38,6 +40,7 @@ from kfbot.github.events import CommentEvent
 from kfbot.github.markers import find_status_marker
 from kfbot.github.status import State, StatusComment, StatusReport
 from kfbot.search.budget import parse_duration
+from kfbot.text import shown
 
 PREFIX = "/kfbot"
 Name = Literal["optimize", "scan", "bench", "help"]
@@ -111,7 +114,7 @@ def parse_command(line: str) -> Command:
     if word not in NAMES:
         close = difflib.get_close_matches(word, NAMES, n=1)
         hint = f"; did you mean `{close[0]}`?" if close else ""
-        raise CommandError(f"unknown command `{words[0]}`{hint}")
+        raise CommandError(f"unknown command `{shown(words[0])}`{hint}")
     name = NAMES[NAMES.index(word)]  # typed as the Literal
     kernel = None
     if name in NEEDS_KERNEL:
@@ -119,7 +122,7 @@ def parse_command(line: str) -> Command:
             raise CommandError(f"`/kfbot {name}` needs a kernel name: `/kfbot {name} <kernel>`")
         kernel, rest = rest[0], rest[1:]
         if not _KERNEL.fullmatch(kernel):
-            raise CommandError(f"`{kernel}` is not a kernel name")
+            raise CommandError(f"`{shown(kernel)}` is not a kernel name")
     return Command(name, kernel, **_options(name, rest))  # type: ignore[arg-type]
 
 
@@ -129,12 +132,13 @@ def _options(name: str, words: list[str]) -> dict[str, object]:
     for word in words:
         key, eq, value = word.partition("=")
         if not eq:
-            raise CommandError(f"unexpected `{word}`: options are written key=value "
+            raise CommandError(f"unexpected `{shown(word)}`: options are written key=value "
                                f"({_allowed(name)})")
         if key not in allowed:
-            raise CommandError(f"unknown option `{key}` for `/kfbot {name}` ({_allowed(name)})")
+            raise CommandError(f"unknown option `{shown(key)}` for `/kfbot {name}` "
+                               f"({_allowed(name)})")
         if key in found:
-            raise CommandError(f"option `{key}` given twice")
+            raise CommandError(f"option `{shown(key)}` given twice")
         found[key] = _value(key, value)
     return found
 
@@ -147,19 +151,19 @@ def _allowed(name: str) -> str:
 def _value(key: str, text: str) -> object:
     if key == "sha":
         if not _SHA.fullmatch(text):
-            raise CommandError(f"`sha={text}`: expected the full 40-character commit SHA")
+            raise CommandError(f"`sha={shown(text)}`: expected the full 40-character commit SHA")
         return text
     if key == "time":
         try:
             seconds = parse_duration(text)
         except ValueError as exc:
-            raise CommandError(f"`time={text}`: {exc}") from None
+            raise CommandError(f"`time={shown(text)}`: {shown(str(exc))}") from None
         if seconds > MAX_SECONDS:
-            raise CommandError(f"`time={text}`: at most 24h")
+            raise CommandError(f"`time={shown(text)}`: at most 24h")
         return seconds
     limit = MAX_BUDGET if key == "budget" else MAX_ISLANDS
     if not text.isdigit() or not 1 <= int(text) <= limit:
-        raise CommandError(f"`{key}={text}`: expected a whole number from 1 to {limit}")
+        raise CommandError(f"`{key}={shown(text)}`: expected a whole number from 1 to {limit}")
     return int(text)
 
 
@@ -189,6 +193,10 @@ class Settings:
     redact: Callable[[str], str]
     run_url: str | None = None
     retry: Retry = DEFAULT_RETRY
+    # A job that checks nothing out only authorizes: it pins the head and stops there.
+    authorize_only: bool = False
+    # The head an earlier authorize job pinned: the command runs only on that commit.
+    approved_head: str | None = None
 
 
 def ignored_because(event: CommentEvent) -> str | None:
@@ -241,6 +249,10 @@ class _CommentRun:
         except KfbotError as exc:
             return self._finish(_failure(exc, command), "refused" if isinstance(
                 exc, Refused) else "failed")
+        if result.authorized_head:  # the GPU job takes it from here, status comment too
+            self.report.headline = result.headline
+            self._show()
+            return result
         return self._finish(result, "done" if result.exit_code == EXIT_OK else "failed")
 
     def _authorized(self, command: Command | CommandError) -> Result:
@@ -254,6 +266,15 @@ class _CommentRun:
             return Result("usage", USAGE)
         head = pin_head(self.repo, self.event.number, policy, command.sha, self.s.retry)
         self.report.head = head.short
+        if self.s.approved_head and head.sha != self.s.approved_head:
+            raise HeadMoved(f"the head of pull request #{head.number} moved from "
+                            f"{self.s.approved_head[:7]} to {head.short} after the command was "
+                            "authorized; nothing was run: comment again to run on the new head")
+        if self.s.authorize_only:
+            self.report.steps.append(f"✓ authorized for the pull request's head `{head.short}`;"
+                                     " waiting for the GPU runner")
+            return Result(f"authorized: {command.key} on {head.short}",
+                          authorized_head=head.sha)
         check_checkout(self.s.root, head)
         self.report.steps.append(f"✓ running on the pull request's head `{head.short}`")
         self._show()
@@ -271,9 +292,8 @@ class _CommentRun:
         try:
             self._show()
             self._react("rocket" if state == "done" else "confused")
-        except GitHubError as exc:  # keep what the run found: it goes to the job summary
-            raise GitHubError(f"{result.headline}; then {exc}", exc.status, exc.detail,
-                              exc.exit_code) from None
+        except GitHubError as exc:
+            return _unreported(result, exc)
         return result
 
     def _show(self) -> None:
@@ -285,6 +305,16 @@ class _CommentRun:
         if comment is not None:
             call(lambda: comment.create_reaction(content), f"reacting {content}",
                  self.s.retry)
+
+
+def _unreported(result: Result, exc: GitHubError) -> Result:
+    """The run's result, kept whole (pull request, speedup, report), when the last word on
+    the pull request could not be written: the job summary and outputs still get it."""
+    said = f"the result could not be posted on the pull request: {exc}"
+    return dataclasses.replace(
+        result, exit_code=max(result.exit_code, EXIT_FAILURE),
+        details=f"{result.details.rstrip()}\n\n> **Not posted**: {said}\n".lstrip(),
+        annotations=(*result.annotations, Annotation("error", said, title="kfbot")))
 
 
 def _failure(exc: KfbotError, command: Command | CommandError) -> Result:

@@ -28,11 +28,20 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from github.PullRequest import PullRequest
 
+from kfbot import git
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.config import GithubConfig, load_config
 from kfbot.errors import KfbotError
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call, connect, find_token
+from kfbot.github.api import (
+    DEFAULT_RETRY,
+    GitHubError,
+    Retry,
+    api_url,
+    call,
+    connect,
+    find_token,
+)
 from kfbot.github.api import repository as open_repository
 from kfbot.github.markers import find_pr_marker, pr_marker
 from kfbot.github.prbody import Previous, PrReport, render, run_url, title
@@ -104,6 +113,7 @@ class PublishResult:
     number: int | None = None
     sha: str | None = None  # the branch head kfbot published
     files: tuple[Path, ...] = ()  # what a dry run wrote
+    warnings: tuple[str, ...] = ()  # for a person to act on, e.g. a token left in .git/config
 
     def outputs(self) -> dict[str, str]:
         """The GitHub Action's outputs."""
@@ -252,6 +262,7 @@ class _Publisher:
         self.env = os.environ if settings.env is None else settings.env
         self.place = open_repo(winner.root)
         self.top = self.place.top
+        self.warnings: tuple[str, ...] = ()
 
     def run(self) -> PublishResult:
         token = find_token(self.s.token, self.env)  # before any network: say it plainly
@@ -263,6 +274,10 @@ class _Publisher:
         if not slug:
             raise KfbotError(f"cannot tell the GitHub repository from remote {self.s.remote!r} "
                              f"({_safe_url(url)}); pass --repo-slug owner/name")
+        host = _server_host(self.s.base_url, self.env)
+        for remote_url_ in dict.fromkeys((url, self.push_url)):
+            _check_remote(self.top, self.s.remote, remote_url_, slug, host)
+        self.warnings = _credential_warnings(self.top)
         gh = connect(token, self.s.base_url, env=self.env, read_interval=self.s.read_interval,
                      write_interval=self.s.write_interval)
         self.gh_repo = open_repository(gh, slug, self.s.retry)
@@ -378,14 +393,58 @@ class _Publisher:
 
     def _skip(self, why: str, pr: PullRequest | None = None) -> PublishResult:
         return PublishResult("skipped", f"not published: {why}", self.branch,
-                             pr.html_url if pr else None, pr.number if pr else None)
+                             pr.html_url if pr else None, pr.number if pr else None,
+                             warnings=self.warnings)
 
     def _result(self, op: Operation, pr: PullRequest, head: str, said: str) -> PublishResult:
         return PublishResult(op, f"{said} pull request #{pr.number}: {pr.html_url}", self.branch,
-                             pr.html_url, pr.number, head)
+                             pr.html_url, pr.number, head, warnings=self.warnings)
 
     def _call(self, fn: Callable[[], T], what: str) -> T:
         return call(fn, what, self.s.retry)
+
+
+def _server_host(base_url: str | None, env: Mapping[str, str]) -> str:
+    """The GitHub web host pushes go to: the runner's GITHUB_SERVER_URL, else the API's."""
+    server = env.get("GITHUB_SERVER_URL", "").strip()
+    if server:
+        return (urllib.parse.urlsplit(server).hostname or "github.com").lower()
+    api = urllib.parse.urlsplit(api_url(base_url, env)).hostname or "api.github.com"
+    return "github.com" if api.lower() == "api.github.com" else api.lower()
+
+
+def _check_remote(top: Path, remote: str, url: str, slug: str, host: str) -> None:
+    """The token goes only to the repository being published to, on its GitHub host.
+
+    The remote is read from `.git/config`, which code run in the checkout could have
+    changed (and `insteadOf` can rewrite where git really goes), so both the URL as
+    configured and as git would use it must name `slug` on `host`. Local remotes (a path
+    or file://) never get the token.
+    """
+    for target in dict.fromkeys((url, git.effective_url(top, url))):
+        parts = urllib.parse.urlsplit(target)
+        local = parts.scheme == "file" or (not parts.scheme and not _scp_like(target))
+        if local:
+            continue
+        named = slug_of(target)
+        target_host = (parts.hostname or target.split("@")[-1].split(":")[0]).lower()
+        if named is None or named.lower() != slug.lower() or target_host != host:
+            raise KfbotError(f"the remote {remote!r} leads to {_safe_url(target)}, not to "
+                             f"{slug} on {host}: kfbot sends its token only to the repository "
+                             "it publishes to; check `git remote -v` and any url.*.insteadOf "
+                             "settings in the checkout")
+
+
+def _scp_like(url: str) -> bool:
+    return "://" not in url and re.match(r"[^/:]+:", url) is not None
+
+
+def _credential_warnings(top: Path) -> tuple[str, ...]:
+    keys = git.credential_headers(top)
+    if not keys:
+        return ()
+    return (f"{top}/.git/config holds a credential header ({', '.join(keys)}): any code run "
+            "in this checkout can read it; check out with `persist-credentials: false`",)
 
 
 def _safe_url(url: str) -> str:

@@ -17,6 +17,7 @@ from github.IssueComment import IssueComment
 
 from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call
 from kfbot.github.markers import find_status_marker, status_marker
+from kfbot.text import shown
 
 # GitHub refuses comment bodies over 65,536 characters.
 COMMENT_LIMIT = 65_000
@@ -43,7 +44,7 @@ class StatusReport:
         run = f" · [workflow run]({self.run_url})" if self.run_url else ""
         who = f" from @{self.requester}" if self.requester else ""
         lines = [f"**{ICONS[self.state]} kfbot: {self.headline}**", "",
-                 f"`{self.command}`{who}{where}{run}", ""]
+                 f"`{shown(self.command)}`{who}{where}{run}", ""]
         lines += [f"- {step}" for step in self.steps] + ([""] if self.steps else [])
         if self.details:
             lines += [self.details.rstrip()]

@@ -1,8 +1,10 @@
-"""Which files a scan reads: source kinds, generated build directories, symlink loops.
+"""Which files a scan reads: source kinds, generated build directories, links.
 
 A committed build folder (setuptools `build/`, a torch JIT folder with `build.ninja`)
 holds copies of real kernels; reading it would report every kernel twice, so such
-folders are skipped and listed in the report instead.
+folders are skipped and listed in the report instead. A symbolic link is followed only
+while its real path stays inside the repository: a link to `/`, to a credentials file or
+to another checkout is skipped and reported once, with the link's own path.
 """
 
 from __future__ import annotations
@@ -59,16 +61,17 @@ def collect(root: Path, scan: ScanConfig,
     `on_file` is called with each file as it is found, so that reading the files can
     start before the walk ends.
     """
-    walker = _Walker(root, scan, on_file)
     real = os.path.realpath(root)
+    walker = _Walker(root, real, scan, on_file)
     walker.walk(root, "", real, frozenset({real}))
     return Inventory(tuple(walker.files), tuple(walker.problems), tuple(walker.skipped))
 
 
 class _Walker:
-    def __init__(self, root: Path, scan: ScanConfig,
+    def __init__(self, root: Path, real_root: str, scan: ScanConfig,
                  on_file: Callable[[SourceFile], None] | None) -> None:
         self.root = root
+        self.inside = real_root.rstrip(os.sep) + os.sep
         self.scan = scan
         self.on_file = on_file
         self.files: list[SourceFile] = []
@@ -105,6 +108,8 @@ class _Walker:
             self.problems.append(Problem(rel, None, "symlink loop: this folder links back to "
                                          "one of its parents; not followed", "warning"))
             return
+        if self._outside(rel, real):
+            return
         self.walk(Path(entry.path), rel, real, seen | {real})
 
     def _generated(self, entry: os.DirEntry[str]) -> bool:
@@ -120,12 +125,23 @@ class _Walker:
             self.problems.append(Problem(rel, None, "broken symlink; skipped", "warning"))
             return
         real = _real_path(entry, parent_real)
+        if self._outside(rel, real):
+            return
         if real not in self._real_files:
             self._real_files.add(real)
             source = SourceFile(rel, Path(entry.path), kind)
             self.files.append(source)
             if self.on_file is not None:
                 self.on_file(source)
+
+
+    def _outside(self, rel: str, real: str) -> bool:
+        """Whether `rel` leads out of the repository; said once, with the link's path."""
+        if real.startswith(self.inside):
+            return False
+        self.problems.append(Problem(rel, None, f"symbolic link to {real}, outside the "
+                                     "repository; not read", "warning"))
+        return True
 
 
 def _real_path(entry: os.DirEntry[str], parent_real: str) -> str:

@@ -12,6 +12,7 @@ from kfbot import __version__
 from kfbot.scan.forked import Forked
 from kfbot.scan.json_text import ACCELERATED, JsonText, dumps_indented
 from kfbot.scan.model import Kernel, Problem, ReferenceTest, ScanReport
+from kfbot.text import printable
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn: JSON output does without it
     from rich.console import Console
@@ -138,24 +139,31 @@ def _plain(value: Any) -> Any:
 
 def print_table(report: ScanReport, console: Console) -> None:
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{len(report.kernels)} kernels in {report.root}", show_lines=True)
+    # Names and paths come from the repository: shown as plain text, never as markup or
+    # terminal control sequences.
+    table = Table(title=Text(f"{len(report.kernels)} kernels in {printable(report.root)}"),
+                  show_lines=True)
     for col in ("kernel", "defined at", "launched from", "python", "build", "tunables",
                 "reference"):
         table.add_column(col, overflow="fold")
     for k in report.kernels:
-        table.add_row(_kernel_cell(k), f"{k.file}:{k.definition.line}", _launch_cell(k),
-                      _binding_cell(k), _build_cell(k), _tunable_cell(k), _reference_cell(k))
+        cells = (_kernel_cell(k), f"{k.file}:{k.definition.line}", _launch_cell(k),
+                 _binding_cell(k), _build_cell(k), _tunable_cell(k), _reference_cell(k))
+        table.add_row(*(Text(printable(cell)) for cell in cells))
     console.print(table)
     _print_footer(report, console)
 
 
 def _print_footer(report: ScanReport, console: Console) -> None:
+    from rich.text import Text
+
     console.print(f"{report.files_scanned} source files scanned")
     for d in report.skipped_dirs:
-        console.print(f"[dim]skipped generated build folder {d}/[/dim]")
+        console.print(Text(f"skipped generated build folder {printable(d)}/", style="dim"))
     for p in report.problems:
-        console.print(f"[{_colour(p)}]{_problem_text(p)}[/]", highlight=False)
+        console.print(Text(printable(_problem_text(p)), style=_colour(p)), highlight=False)
     if report.unfollowed:
         console.print(f"{len(report.unfollowed)} calls from tests into the repository's code "
                       "reached no op; `kfbot scan --explain KERNEL` shows where they stop")

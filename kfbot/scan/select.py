@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from kfbot.errors import KfbotError
 from kfbot.scan.model import Kernel
+from kfbot.text import shown
 
 
 def find_kernels(kernels: Sequence[Kernel], spec: str) -> list[Kernel]:
@@ -36,8 +37,8 @@ def select_kernel(kernels: Sequence[Kernel], spec: str, where: str = "") -> Kern
         return found[0]
     if found:
         ids = "\n  ".join(k.id for k in found)
-        raise KfbotError(f"{prefix}kernel '{spec}' is ambiguous; name one of:\n  {ids}")
-    raise KfbotError(f"{prefix}unknown kernel '{spec}'{_suggestions(kernels, spec)}")
+        raise KfbotError(f"{prefix}kernel '{shown(spec)}' is ambiguous; name one of:\n  {ids}")
+    raise KfbotError(f"{prefix}unknown kernel '{shown(spec)}'{_suggestions(kernels, spec)}")
 
 
 def _suggestions(kernels: Sequence[Kernel], spec: str) -> str:

@@ -19,16 +19,16 @@ import random
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import anthropic
 from anthropic.types import Message, MessageParam, TextBlockParam
 
 from kfbot import credentials
-from kfbot.datafiles import check_unique_ids, read_entries, rules_dir
+from kfbot.datafiles import Id, Text, load_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.search.budget import Budget
@@ -45,17 +45,15 @@ RATIONALE_CHARS = 300
 CACHE_WRITE_FACTOR = 1.25
 CACHE_READ_FACTOR = 0.1
 
-_PERSONA_KEYS = frozenset({"id", "when", "persona"})
-_ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 # ---------------------------------------------------------------------------- personas
 
 @dataclass(frozen=True)
 class Persona:
-    id: str
-    when: str  # one of DIAGNOSES
-    persona: str
+    id: Id
+    when: Diagnosis
+    persona: Text  # prose; folded to one line when loaded
 
 
 def load_personas(path: Path | None = None) -> dict[str, Persona]:
@@ -81,39 +79,13 @@ def persona_for(diagnosis: str, personas: Mapping[str, Persona] | None = None) -
 
 
 def _load_personas(path: Path) -> dict[str, Persona]:
-    loaded = [_persona(path, i, e) for i, e in enumerate(read_entries(path, "persona"))]
-    check_unique_ids(path, "persona", (p.id for p in loaded))
-    personas = {p.id: p for p in loaded}
+    personas = {p.id: replace(p, persona=" ".join(p.persona.split()))
+                for p in load_entries(path, Persona, "persona")}
     missing = [d for d in DIAGNOSES if not any(p.when == d for p in personas.values())]
     if missing:
         raise KfbotError(f"{path}: no persona for {', '.join(missing)} "
                          "(every diagnosis needs at least one)")
     return personas
-
-
-def _persona(path: Path, index: int, entry: Any) -> Persona:
-    name = entry.get("id") if isinstance(entry, dict) else None
-    label = f"persona {name}" if isinstance(name, str) and name else f"persona #{index + 1}"
-
-    def fail(problem: str) -> KfbotError:
-        return KfbotError(f"{path}: {label}: {problem}")
-
-    if not isinstance(entry, dict):
-        raise fail("expected a mapping of keys to values")
-    unknown = sorted(str(k) for k in entry if k not in _PERSONA_KEYS)
-    if unknown:
-        allowed = ", ".join(sorted(_PERSONA_KEYS))
-        raise fail(f"unknown key {', '.join(unknown)} (allowed: {allowed})")
-    for key in ("id", "when", "persona"):
-        if key not in entry:
-            raise fail(f"missing required key {key!r}")
-        if not isinstance(entry[key], str) or not entry[key].strip():
-            raise fail(f"{key!r} must be a non-empty string")
-    if not _ID.match(entry["id"]):
-        raise fail("'id' must be kebab-case (lowercase letters, digits and dashes)")
-    if entry["when"] not in DIAGNOSES:
-        raise fail(f"'when' is {entry['when']!r}; expected one of {', '.join(DIAGNOSES)}")
-    return Persona(id=entry["id"], when=entry["when"], persona=" ".join(entry["persona"].split()))
 
 
 # ---------------------------------------------------------------------------- the mutator
@@ -142,6 +114,9 @@ class PromptContext:
     lessons: Sequence[str] = ()  # relevant lessons from earlier runs
     meta_prompt: str = ""  # the island's strategy hints
     editable: Sequence[str] = ()
+    # Worked examples of the expert library for the kernel's class (Markdown); the
+    # same for every call of a task, so they sit in the cached system prefix.
+    examples: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -190,7 +165,8 @@ class LlmMutator:
         if spent is not None:
             return LlmProposal(None, f"llm skipped: {spent}")
         s = self.settings
-        system: list[TextBlockParam] = [{"type": "text", "text": system_prompt(ctx.diagnosis),
+        system: list[TextBlockParam] = [{"type": "text",
+                                         "text": system_prompt(ctx.diagnosis, ctx.examples),
                                          "cache_control": {"type": "ephemeral"}}]
         messages: list[MessageParam] = [{"role": "user", "content": user_prompt(ctx)}]
         try:
@@ -247,9 +223,15 @@ def _short_error(e: anthropic.APIError) -> str:
 
 # ---------------------------------------------------------------------------- prompts
 
-def system_prompt(diagnosis: str) -> str:
-    """The stable, cached prefix: role, edit format and the diagnosis' persona."""
+def system_prompt(diagnosis: str, examples: Sequence[str] = ()) -> str:
+    """The stable, cached prefix: role, edit format, the diagnosis' persona and the
+    worked examples for the kernel's class."""
     persona = persona_for(diagnosis)
+    worked = ("## Worked examples for kernels of this kind\n"
+              "Each shows a naive kernel and a faster one that gives the same results; "
+              "apply the idea that fits the kernel you are given, keeping its signature "
+              "contract with its launcher (or changing the launcher with it).\n\n"
+              + "\n\n".join(examples) + "\n\n") if examples else ""
     return (
         "You optimise CUDA kernels for speed without changing their results. You are given "
         "an operation, the kernel source files you may edit, and what is known about the "
@@ -260,7 +242,7 @@ def system_prompt(diagnosis: str) -> str:
         "results between calls or call vendor libraries; edit only the editable files.\n\n"
         "Start your answer with one short paragraph saying what you change and why it "
         "should be faster, then give the edits.\n\n"
-        f"{FORMAT_HELP}\n")
+        f"{worked}{FORMAT_HELP}\n")
 
 
 def user_prompt(ctx: PromptContext) -> str:

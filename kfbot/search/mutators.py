@@ -21,7 +21,17 @@ from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
 from kfbot.search.llm import META_HINTS, LlmMutator, PromptContext, mutate_meta_prompt
 from kfbot.search.params import Knob, apply_point, propose_points
-from kfbot.search.rewrites import Rewrite, propose_rewrites
+from kfbot.search.rewrites import (
+    Expert,
+    Rewrite,
+    cuda_text,
+    load_library,
+    locate,
+    propose_rewrites,
+    recognise,
+    worked_examples,
+)
+from kfbot.text import read_source
 
 ORDERS = (("params", "rules", "llm"), ("rules", "llm", "params"), ("llm", "params", "rules"))
 RECENT_FAILURES = 6
@@ -41,6 +51,7 @@ class Mutators:
     meta: dict[int, str] = field(default_factory=dict)  # island -> strategy hints
     findings: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     _points: set[tuple[str, ...]] = field(default_factory=set)
+    _examples: tuple[str, ...] | None = None
 
     def base_files(self) -> dict[str, str]:
         """The editable files as they are in the repository."""
@@ -48,7 +59,7 @@ class Mutators:
         for rel in self.task.editable_files:
             path = self.task.root / rel
             if path.is_file():
-                out[rel] = path.read_text(errors="replace")
+                out[rel] = read_source(path, rel)  # byte-exact: what a branch commits
         return out
 
     def candidate(self, individual: Individual) -> Candidate:
@@ -73,9 +84,7 @@ class Mutators:
             made = [apply_point(self.knobs, p, files, parent) for p in points]
             return [c for c in made if c is not None]
         if name == "rules":
-            proposed = propose_rewrites(files, self.task.editable_files, parent, self.rewrites)
-            rng.shuffle(proposed)  # the island keeps those it has not seen, up to its batch
-            return proposed
+            return self._rules(parent, files, rng)
         if self.llm is None:
             return []
         proposal = self.llm.propose(self._context(island, parent, files), parent)
@@ -84,6 +93,25 @@ class Mutators:
             return []
         return [proposal.candidate]
 
+    def _rules(self, parent: Candidate, files: Mapping[str, str], rng: random.Random
+               ) -> list[Candidate]:
+        """The structural rewrites of the kernel's class first, in the library's order
+        (they change the most), then the small ones shuffled; each island keeps those it
+        has not seen, up to its batch, so the islands share out the structural ones."""
+        experts = {r.id for r in self.rewrites if isinstance(r, Expert)}
+        proposed = propose_rewrites(files, self.task.editable_files, parent,
+                                    self.task.kernel_name, self.rewrites, self._rtol())
+        first: list[Candidate] = []
+        rest: list[Candidate] = []
+        for cand in proposed:
+            (first if cand.rationale.split(":", 1)[0] in experts else rest).append(cand)
+        rng.shuffle(rest)
+        return first + rest
+
+    def _rtol(self) -> float | None:
+        declared = self.task.tolerances.get("float32")
+        return declared[1] if declared is not None else None
+
     def _context(self, island: int, parent: Candidate, files: Mapping[str, str]
                  ) -> PromptContext:
         diagnosis, lines = self.findings.get(parent.hash, ("unknown", ()))
@@ -91,7 +119,20 @@ class Mutators:
         return PromptContext(task=self.task_text, diagnosis=diagnosis, parent_files=dict(files),
                              diagnostics=lines, failures=tuple(self.failures.get(island, ())),
                              lessons=tuple(self.lessons), meta_prompt=meta,
-                             editable=self.task.editable_files)
+                             editable=self.task.editable_files, examples=self.examples())
+
+    def examples(self) -> tuple[str, ...]:
+        """The expert library's worked examples for the classes the original kernel
+        belongs to (confidently or likely), read once per search."""
+        if self._examples is None:
+            files = self.base_files()
+            home, target = locate(files, [p for p in self.task.editable_files if p in files],
+                                  self.task.kernel_name)
+            code = cuda_text(home, files[home]) if home is not None else None
+            library = load_library()
+            found = recognise(code, target, library) if code is not None else []
+            self._examples = worked_examples(library, [r.kernel_class for r in found])
+        return self._examples
 
     def note_result(self, island: int, cand: Candidate, ev: Evaluation,
                     improved: bool, rng: random.Random) -> None:

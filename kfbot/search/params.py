@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from kfbot.evaluate.candidate import Candidate
@@ -47,12 +47,15 @@ class Knob:
         return self.kind in _VIA_DEFINE
 
 
-def knobs(tunables: Sequence[Tunable]) -> list[Knob]:
-    """One knob per tunable name (a `-D` build flag and its `#ifndef` default are one)."""
+def knobs(tunables: Sequence[Tunable], shared: Collection[str] = ()) -> list[Knob]:
+    """One knob per tunable name (a `-D` build flag and its `#ifndef` default are one),
+    leaving out those named in `shared`: constants that another kernel uses as well,
+    which a new value would change unverified."""
     by_name: dict[str, Knob] = {}
     for t in tunables:
         choices = _choices(t.name, t.value)
-        if not choices or (t.name in by_name and by_name[t.name].via_define):
+        if not choices or (t.name in by_name and by_name[t.name].via_define) \
+                or t.name.rsplit(":", 1)[-1] in shared:
             continue
         by_name[t.name] = Knob(t.name, t.kind, t.file, t.line, t.value, choices)
     return sorted(by_name.values(), key=lambda k: (k.file, k.line, k.name))
@@ -158,7 +161,8 @@ def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
 
     The line holds one declaration (`constexpr int kBlock = 256;`) or one launch, so
     the literal after the name is the value; a launch's unnamed value is the first
-    literal equal to the scanned one."""
+    literal equal to the scanned one. A parent whose text moved (a structural rewrite
+    adds lines and rewrites launches) no longer has the knob on that line: nothing."""
     lines = text.split("\n")
     if not 0 < knob.line <= len(lines):
         return None
@@ -166,8 +170,10 @@ def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
     name = knob.name.rsplit(":", 1)[-1]
     if name in row:
         match = _NUMBER.search(row, row.find(name) + len(name))
-    else:
+    elif knob.kind == "launch_config" and "<<<" in row:
         match = next((m for m in _NUMBER.finditer(row) if m.group() == knob.current), None)
+    else:
+        match = None
     return (lines, match) if match is not None else None
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import random
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.report import to_json as evaluation_json
 from kfbot.evaluate.report import to_markdown as evaluation_markdown
+from kfbot.evaluate.scope import shared_names
 from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
@@ -58,6 +60,7 @@ from kfbot.search.report import (
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.winner import committable, params_note
+from kfbot.text import read_source
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,9 @@ class Plan:
 
 
 def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
-    mut = Mutators(task, knobs(task.tunables), load_rewrites())
-    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL, mut.rewrites)
+    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites())
+    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
+                                task.kernel_name, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
     return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
 
@@ -150,7 +154,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
-    mut = Mutators(task, knobs(task.tunables), load_rewrites(), llm,
+    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
                    lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
@@ -255,17 +259,32 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     files["report"] = run_dir / "report.md"
     _lessons(task, outcome)
     if outcome.committed is not None:
-        won, chosen = outcome.committed
-        name = branch_name(task.kernel_id, chosen.short)
-        write_branch(task.root, dict(chosen.files), name,
-                     f"kfbot: {task.kernel_name} {won.speedup or 0:.2f}x faster\n\n"
-                     f"{chosen.rationale}")
-        files["branch"] = Path(name)
+        _branch(task, outcome.committed, run_dir, files)
     return files
 
 
+def _branch(task: KernelTask, committed: tuple[Evaluation, Candidate], run_dir: Path,
+            files: dict[str, Path]) -> None:
+    """The winner's local branch; a failure to write it keeps every other result and is
+    said in the report and on stderr."""
+    won, chosen = committed
+    name = branch_name(task.kernel_id, chosen.short)
+    try:
+        write_branch(task.root, dict(chosen.files), name,
+                     f"kfbot: {task.kernel_name} {won.speedup or 0:.2f}x faster\n\n"
+                     f"{chosen.rationale}")
+    except KfbotError as exc:
+        note = f"branch {name} was not written: {exc}"
+        with (run_dir / "report.md").open("a", encoding="utf-8") as report:
+            report.write(f"\n## Branch not written\n\n{note}\n")
+        print(f"kfbot: {note}; the report and best.patch in {run_dir} hold the result",
+              file=sys.stderr)
+        return
+    files["branch"] = Path(name)
+
+
 def _patch(task: KernelTask, cand: Candidate) -> str:
-    originals = {p: (task.root / p).read_text() if (task.root / p).is_file() else None
+    originals = {p: read_source(task.root / p, p) if (task.root / p).is_file() else None
                  for p in cand.files}
     return unified_patch(originals, dict(cand.files))
 

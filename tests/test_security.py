@@ -1,0 +1,363 @@
+"""The attacks on kfbot's runner, each reproduced for real: a pull request's planted
+modules, a child reading its parent's environment, planted git hooks, a push to
+somewhere else, links out of the repository, a kernel file that is not UTF-8, and a
+failure after the search. None gets a secret; no result is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fake_github import FakeGitHub
+from test_action import ANTHROPIC_KEY, EXAMPLE, REPO, Harness, started_harness
+from test_publish import _evaluation, _git, _remote_head, _settings, _winner, repos
+
+from kfbot.config import Config, load_config
+from kfbot.errors import KfbotError
+from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.candidate_files import load_candidate
+from kfbot.evaluate.task import make_task
+from kfbot.github.publish import publish
+from kfbot.scan.scanner import scan
+from kfbot.scan.select import select_kernel
+from kfbot.search.archive import Individual
+from kfbot.search.branch import write_branch
+from kfbot.search.islands import SearchResult
+from kfbot.search.model import Cell
+from kfbot.search.mutators import Mutators
+from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, write_outputs
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+__all__ = ["repos"]  # the fixture, shared with test_publish.py
+pytest_plugins = ["fake_github"]
+
+# What a hostile file does when it runs: say where, and what it could see.
+SPY = """
+import json, os, sys
+with open({out!r} + "/" + {name!r}.replace("/", "_"), "w") as f:
+    json.dump({{"argv": sys.argv, "env": dict(os.environ)}}, f)
+"""
+
+
+def spy(out: Path, name: str) -> str:
+    return SPY.format(out=str(out), name=name)
+
+
+@pytest.fixture
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            capsys: pytest.CaptureFixture[str]) -> Any:
+    yield from started_harness(tmp_path, monkeypatch, capsys)
+
+
+# ---- the Action never runs the checkout's code ---------------------------------------------
+
+
+def _render(text: str, values: dict[str, str]) -> str:
+    """`${{ ... }}` as the runner renders the few forms action.yml may use."""
+    def one(match: re.Match[str]) -> str:
+        return values[match.group(1).strip()]
+    return re.sub(r"\$\{\{(.*?)\}\}", one, text)
+
+
+def _action_copy(tmp: Path) -> Path:
+    """The action as the runner downloads it: the repository's tracked files."""
+    dest = tmp / "_actions" / "kfbot"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        source = ROOT / rel
+        if source.is_file() and not source.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+    return dest
+
+
+def run_composite(action: Path, env: dict[str, str], inputs: dict[str, str],
+                  runner: Path) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every step of action.yml as the runner runs a composite action's bash steps."""
+    spec = yaml.safe_load((action / "action.yml").read_text())
+    values = {f"inputs.{k}": v.get("default", "") for k, v in spec["inputs"].items()}
+    values.update({f"inputs.{k}": v for k, v in inputs.items()})
+    values["github.action_path"] = str(action)
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+    for step in spec["runs"]["steps"]:
+        output = runner / f"output-{step['id']}"
+        output.touch()
+        step_env = {**env, "GITHUB_ACTION_PATH": str(action), "GITHUB_OUTPUT": str(output),
+                    **{k: _render(str(v), values) for k, v in step.get("env", {}).items()}}
+        script = runner / f"step-{step['id']}.sh"
+        script.write_text(step["run"])
+        cwd = _render(step.get("working-directory", env["GITHUB_WORKSPACE"]), values)
+        done[step["id"]] = proc = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=cwd,
+            env=step_env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        for line in output.read_text().splitlines():
+            if "=" in line and "<<" not in line:
+                key, _, value = line.partition("=")
+                values[f"steps.{step['id']}.outputs.{key}"] = value
+    return done
+
+
+PLANTED = ("github/__init__.py", "yaml.py", "kfbot/__init__.py", "kfbot/__main__.py",
+           "pip/__init__.py", "pip/__main__.py", "rich.py", "venv.py", "sitecustomize.py",
+           "torch.py")
+
+
+def test_a_pull_requests_planted_modules_never_run(harness: Harness) -> None:
+    """The reported attack: a commenter without permission comments `/kfbot help` on a pull
+    request that plants modules kfbot, pip and their imports would load first."""
+    seen = harness.tmp / "seen"
+    seen.mkdir()
+    harness.open_pull({name: spy(seen, name) for name in PLANTED})
+    event = harness.comment_event("/kfbot help", user="mallory")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(harness.env("issue_comment", event))
+    env.update({"PYTHONPATH": str(harness.workspace),  # what a careless job might set
+                "RUNNER_TEMP": str(harness.tmp / "runner")})
+    action = _action_copy(harness.tmp)
+    inputs = {"python": sys.executable, "token": harness.server.token,
+              "anthropic-api-key": ANTHROPIC_KEY}
+    steps = run_composite(action, {k: v for k, v in env.items() if not k.startswith("INPUT_")},
+                          inputs, harness.tmp / "runner")
+    assert steps["install"].returncode == 0, steps["install"].stderr[-3000:]
+    assert sorted(os.listdir(seen)) == []
+    assert "@mallory is not authorized" in harness.comments()[0]
+    assert steps["kfbot"].returncode == 0, steps["kfbot"].stderr[-3000:]
+
+
+# ---- secrets out of every environment ------------------------------------------------------
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw if item)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_the_action_process_holds_no_secret_in_its_environment(harness: Harness) -> None:
+    harness.open_pull()
+    env = {**os.environ, **harness.env("issue_comment", harness.comment_event("/kfbot help")),
+           "GH_PAT": "ghp_personal0123456789", "CI_JOB_JWT": "eyJsecretjwt0123"}
+    arrived, release = harness.server.hold_next("GET", f"/repos/{REPO}/issues/1")
+    proc = subprocess.Popen([sys.executable, "-I", "-m", "kfbot", "action"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert arrived.wait(60), "kfbot never asked for the pull request"
+        seen = _environ(proc.pid)
+    finally:
+        release.set()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    text = json.dumps(seen)
+    for secret in (harness.server.token, ANTHROPIC_KEY, "ghp_personal0123456789", "eyJsecret"):
+        assert secret not in text
+    assert seen["GITHUB_REPOSITORY"] == REPO and "PATH" in seen
+    assert "kfbot commands" in harness.comments()[0]  # and it still did its work
+
+
+ATTACK = """
+import json, os, sys
+parent = open(f"/proc/{os.getppid()}/environ", "rb").read().decode(errors="replace")
+with open(sys.argv[1], "w") as f:
+    json.dump({"parent": parent, "own": dict(os.environ)}, f)
+"""
+DRIVER = """
+import subprocess, sys
+from kfbot.credentials import protect
+protect()
+from kfbot.evaluate.sandbox import untrusted_env
+subprocess.run([sys.executable, "-c", {attack!r}, {out!r}], env=untrusted_env(), check=True)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_untrusted_code_finds_no_secret_in_its_parent(tmp_path: Path) -> None:
+    out = tmp_path / "found.json"
+    secrets = {"INPUT_TOKEN": "ghs_token0123456789", "INPUT_ANTHROPIC_API_KEY": "sk-ant-0123456",
+               "GH_PAT": "ghp_pat0123456789", "PIP_INDEX_URL": "https://u:pw0123456@pypi.x",
+               "CI_JOB_JWT": "eyJjwt0123456789", "GIT_CONFIG_VALUE_0": "AUTHORIZATION: basic x"}
+    env = {**os.environ, **secrets}
+    subprocess.run([sys.executable, "-I", "-c", DRIVER.format(attack=ATTACK, out=str(out))],
+                   env=env, check=True, timeout=60)
+    found = json.loads(out.read_text())
+    text = found["parent"] + json.dumps(found["own"])
+    for value in secrets.values():
+        assert value not in text
+    assert "PATH=" in found["parent"]
+
+
+# ---- git hooks and where a push goes -------------------------------------------------------
+
+HOOKS = ("pre-push", "post-checkout", "reference-transaction", "pre-commit", "commit-msg",
+         "post-commit", "prepare-commit-msg", "post-index-change")
+
+
+def _plant_hooks(work: Path, seen: Path) -> None:
+    hooks = work / ".git" / "hooks"
+    for name in HOOKS:
+        (hooks / name).write_text(f"#!/bin/sh\nenv > {seen}/{name}\n")
+        (hooks / name).chmod(0o755)
+
+
+def test_planted_hooks_never_run(repos: tuple[Path, Path], fake_github: FakeGitHub,
+                                 tmp_path: Path) -> None:
+    work, remote = repos
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    _plant_hooks(work, seen)
+    result = publish(_winner(work), _settings(fake_github))
+    write_branch(work, {"csrc/softmax.cu": "// local\n"}, "kfbot/local", "local winner")
+    assert result.operation == "created" and _remote_head(remote, result.branch) == result.sha
+    assert sorted(os.listdir(seen)) == []
+
+
+@pytest.mark.parametrize("rewrite", [
+    ("remote", "https://github.com/mallory/kernels.git"),
+    ("remote", "https://evil.example/octo/kernels.git"),
+    ("insteadOf", "https://evil.example/octo/kernels.git"),
+])
+def test_the_token_goes_only_to_the_repository_published_to(
+        repos: tuple[Path, Path], fake_github: FakeGitHub, rewrite: tuple[str, str]) -> None:
+    work, remote = repos
+    how, where = rewrite
+    if how == "remote":
+        _git(work, "remote", "set-url", "origin", where)
+    else:
+        _git(work, "remote", "set-url", "origin", "https://github.com/octo/kernels.git")
+        _git(work, "config", f"url.{where}.insteadOf", "https://github.com/octo/kernels.git")
+    with pytest.raises(KfbotError, match="kfbot sends its token only to the repository"):
+        publish(_winner(work), _settings(fake_github))
+    assert _remote_head(remote, "kfbot/csrc-softmax.cu-softmax_kernel") is None
+    assert fake_github.calls == []
+
+
+def test_a_credential_left_in_git_config_is_reported(repos: tuple[Path, Path],
+                                                     fake_github: FakeGitHub) -> None:
+    work, _ = repos
+    _git(work, "config", "http.https://github.com/.extraheader", "AUTHORIZATION: basic eA==")
+    result = publish(_winner(work), _settings(fake_github))
+    assert result.operation == "created"
+    (warning,) = result.warnings
+    assert "http.https://github.com/.extraheader" in warning
+    assert "persist-credentials: false" in warning and "eA==" not in warning
+
+
+# ---- nothing outside the repository is read ------------------------------------------------
+
+
+@pytest.fixture
+def linked(tmp_path: Path) -> Path:
+    """A copy of the example with links out of it: to a secret, to / and in a loop."""
+    root = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    outside = tmp_path / "outside"
+    (outside / "more").mkdir(parents=True)
+    (outside / "credentials").write_text("ghp_SECRETSECRETSECRET0123\n")
+    (outside / "more" / "k.cu").write_text("__global__ void outside_kernel() {}\n")
+    os.symlink(outside / "credentials", root / "csrc" / "stolen.cu")
+    os.symlink(outside / "more", root / "csrc" / "more")
+    os.symlink("/", root / "everything")
+    os.symlink("..", root / "csrc" / "up")
+    return root
+
+
+def test_the_scan_skips_links_that_leave_the_repository(linked: Path) -> None:
+    report = scan(linked, Config())
+    names = {k.name for k in report.kernels}
+    assert "softmax_kernel" in names and "outside_kernel" not in names
+    said = {p.file: p.message for p in report.problems}
+    for rel in ("csrc/stolen.cu", "csrc/more", "everything"):
+        assert "outside the repository; not read" in said[rel]
+    assert "symlink loop" in said["csrc/up"]
+    assert report.files_scanned < 20  # / was not walked
+
+
+def test_a_linked_config_is_refused_without_quoting_its_target(linked: Path) -> None:
+    os.symlink(linked.parent / "outside" / "credentials", linked / "kfbot.yaml")
+    with pytest.raises(KfbotError) as err:
+        load_config(None, linked)
+    assert "kfbot.yaml: the config file is a symbolic link" in str(err.value)
+    assert "SECRET" not in str(err.value) and "outside" not in str(err.value)
+
+
+def test_a_linked_config_in_a_pull_request_is_refused_on_the_pull_request(
+        harness: Harness) -> None:
+    secret = harness.tmp / "credentials"
+    secret.write_text("ghp_SECRETSECRETSECRET0123\n")
+    harness.open_pull({"README.md": "a pull request that links the config\n"})
+    os.symlink(secret, harness.workspace / "kfbot.yaml")  # as a checkout of such a link
+    run = harness.run("issue_comment", harness.comment_event("/kfbot scan"))
+    (body,) = harness.comments()
+    assert "the config file is a symbolic link" in body
+    assert "SECRET" not in body + run.summary + run.out + run.err
+
+
+def test_candidate_files_behind_links_out_are_not_read(linked: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "candidate"
+    (folder / "csrc").mkdir(parents=True)
+    (folder / "csrc" / "softmax.cu").write_text("// faster\n")
+    os.symlink(linked.parent / "outside" / "credentials", folder / "csrc" / "matmul.cu")
+    candidate = load_candidate(folder, linked, ("csrc/softmax.cu", "csrc/matmul.cu"))
+    assert dict(candidate.files) == {"csrc/softmax.cu": "// faster\n"}
+
+
+# ---- kernel files that are not UTF-8 -------------------------------------------------------
+
+
+def test_a_kernel_file_that_is_not_utf8_is_refused_before_any_gpu_time() -> None:
+    done = subprocess.run([sys.executable, "-m", "kfbot", "verify", "latin1_kernel", "--repo",
+                           str(FIXTURES / "hostile")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "latin1.cu:1:6: not valid UTF-8 (byte 0xf6)" in done.stderr
+    assert "GPU" not in done.stderr
+
+
+def test_a_task_of_a_utf8_kernel_with_crlf_lines_keeps_its_bytes(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "load_elementwise", root)
+    path = root / "csrc" / "gelu_kernel.cu"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    kernel = select_kernel(scan(root, Config()).kernels, "gelu_kernel")
+    mutators = Mutators(make_task(kernel, root, Config()), knobs=(), rewrites=())
+    assert mutators.base_files()["csrc/gelu_kernel.cu"].encode() == path.read_bytes()
+
+
+# ---- results survive a failure after the search --------------------------------------------
+
+
+def test_a_failing_worktree_keeps_the_report_and_the_patch(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "load_elementwise", root)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=D", "-c", "user.email=d@x",
+                                                 "commit", "-qm", "init"]):
+        _git(root, *args)
+    (root / ".git" / "worktrees").write_text("not a folder: git worktree add fails\n")
+    kernel = select_kernel(scan(root, Config()).kernels, "gelu_kernel")
+    task = make_task(kernel, root, Config())
+    source = (root / "csrc" / "gelu_kernel.cu").read_text()
+    cand = Candidate({"csrc/gelu_kernel.cu": source.replace("kBlockSize = 128",
+                                                            "kBlockSize = 256")},
+                     origin="rules", rationale="bigger blocks")
+    best = Individual(cand.hash, None, 0, Cell("global", "none", "thread-per-element", "256"),
+                      1.6, "done", "correct", "rules", 1)
+    ev = _evaluation(1.6, cand.hash)
+    outcome = OptimizeOutcome(SearchResult(best, [], [best]), ev, cand, {"evaluations": 1.0},
+                              committed=(ev, cand))
+    run_dir = tmp_path / "run"
+    files = write_outputs(task, outcome, run_dir, OptimizeSettings(islands=1, seed=1))
+    assert "branch" not in files
+    assert "kBlockSize = 256" in (run_dir / "best.patch").read_text()
+    report = (run_dir / "report.md").read_text()
+    assert "## Branch not written" in report and "worktree" in report
+    assert json.loads((run_dir / "report.json").read_text())["best"] is not None
