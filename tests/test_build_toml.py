@@ -86,3 +86,45 @@ def test_kernel_builder_fixture(tmp_path: Path) -> None:
     # Verification cannot build it yet: a clear error rather than a wrong build.
     with pytest.raises(KfbotError, match="kernel builder"):
         make_task(kernel, FIXTURE, Config())
+
+
+def test_the_kernels_benchmark_framework_is_a_reference(tmp_path: Path) -> None:
+    """kernels-community repositories often test only through `kernels.benchmark`:
+    `benchmark_<case>` runs `self.kernel.<op>`, `verify_<case>` returns the reference."""
+    files = {
+        "build.toml": '[general]\nname = "wkv"\nbackends = ["cuda"]\n[torch]\n'
+                      'src = ["torch-ext/torch_binding.cpp"]\n[kernel.wkv]\nbackend = "cuda"\n'
+                      'depends = ["torch"]\nsrc = ["wkv/wkv.cu"]\n',
+        "wkv/wkv.cu": "__global__ void wkv_kernel(float* y) {}\n"
+                      "void wkv_forward(float* y) { wkv_kernel<<<1, 1>>>(y); }\n",
+        "torch-ext/torch_binding.cpp": "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {\n"
+                                       '  ops.def("forward(Tensor! y) -> ()");\n'
+                                       '  ops.impl("forward", torch::kCUDA, &wkv_forward);\n}\n',
+        "torch-ext/wkv/__init__.py": "from ._ops import ops\n\n"
+                                     "def forward(y):\n    ops.forward(y)\n",
+        "benchmarks/benchmark.py": """\
+import torch
+from kernels.benchmark import Benchmark
+
+def wkv_reference(y):
+    return torch.zeros_like(y)
+
+class WkvBenchmark(Benchmark):
+    def setup(self):
+        self.out = torch.ones(8)
+    def benchmark_base(self):
+        self.kernel.forward(self.out)
+    def verify_base(self):
+        return wkv_reference(self.out)
+""",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (kernel,) = scan(tmp_path, Config()).kernels
+    (ref,) = kernel.references
+    assert (ref.file, ref.line, ref.test, ref.kind, ref.reference) == (
+        "benchmarks/benchmark.py", 11, "WkvBenchmark.benchmark_base", "script",
+        "wkv_reference(self.out)")
+    assert ref.comparison == "kernels.benchmark (WkvBenchmark.verify_base)"
+    assert [s.name for s in ref.chain[1:3]] == ["wkv.forward", "wkv.forward -> wkv_forward"]

@@ -22,6 +22,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 from kfbot.scan.model import BuildRecipe, Problem, PyFileFacts, PySymbol, Step
+from kfbot.scan.py_benchmarks import KERNEL_PACKAGE
 from kfbot.scan.py_ops import WELL_KNOWN
 
 MAX_DEPTH = 12  # symbols followed from a test's call
@@ -175,6 +176,8 @@ class PyGraph:
 
     def _locate(self, file: str, path: str) -> tuple[str, str, list[str]] | str:
         """("module", file, rest) or ("extension", module, rest), or why neither."""
+        if path.startswith(KERNEL_PACKAGE + "."):
+            return self._kernel_package(file, path)
         level = len(path) - len(path.lstrip("."))
         parts = [p for p in path.lstrip(".").split(".") if p]
         if level:
@@ -189,6 +192,18 @@ class PyGraph:
         if start is None:
             return self._extension(parts, path)
         return self._walk(start, parts[1:], path)
+
+    def _kernel_package(self, file: str, path: str) -> tuple[str, str, list[str]] | str:
+        """`<kernel>.op`: the package of the kernel-builder recipe above `file`."""
+        rest = path[len(KERNEL_PACKAGE) + 1:].split(".")
+        above = [d for d in self.kernel_builder
+                 if file.startswith(posixpath.dirname(posixpath.dirname(d)) + "/")
+                 or posixpath.dirname(posixpath.dirname(d)) == ""]
+        for package in above or list(self.kernel_builder):
+            init = posixpath.join(package, "__init__.py")
+            if init in self.files:
+                return self._walk(init, rest, path)
+        return f"`{path}`: no kernel-builder package (build.toml) holds the kernel's ops"
 
     def _relative(self, base: str, parts: list[str], path: str
                   ) -> tuple[str, str, list[str]] | str:

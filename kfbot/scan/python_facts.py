@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 
 from kfbot.scan.model import BuildRecipe, Problem, PyFileFacts
+from kfbot.scan.py_benchmarks import framework_references
 from kfbot.scan.py_builds import BuildReader
 from kfbot.scan.py_compare import CompareFinder
 from kfbot.scan.py_flow import import_effects
@@ -39,7 +40,7 @@ from kfbot.scan.py_values import Evaluator
 # Files that import torch are read too, so that a syntax error in one is reported.
 _RELEVANT = re.compile(
     rb"CUDAExtension|CppExtension|load_inline|cpp_extension|assert_close|allclose|equal\(|abs\("
-    rb"|import torch|from torch")
+    rb"|import torch|from torch|kernels.benchmark")
 
 
 def extract_python_facts(rel_path: str, source: bytes,
@@ -100,7 +101,7 @@ class _File:
 
     def facts(self) -> PyFileFacts:
         builds, inline = self.builds.read()  # first: ops are resolved through build names
-        references = self.references.find()
+        references = self.references.find() + framework_references(self.index)
         symbols = () if is_test_module(self.index.rel_path) else tuple(
             SymbolReader(self.index, self.paths, self.builds, self.compares).read())
         problems = tuple(dict.fromkeys([*self.values.problems, *self._effects(builds)]))
