@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 from kernel_builder_tool import REGISTRATION_H
+
+from kfbot.scan.build_toml import tomllib
 
 pytestmark = pytest.mark.gpu
 
