@@ -4,7 +4,7 @@ without an LLM, reproduced, beside the best hand-written versions.
 For each naive fixture kernel (fixtures/naive_*, one repository per kernel class), in one
 run on one GPU, each step the command a user would type, on a private git copy:
 
-1. `kfbot optimize <kernel> --no-llm --budget-evals N` (N at most 32): the reported
+1. `kfbot optimize <kernel> --no-llm --budget N` (N at most 32): the reported
    speedup of its best candidate (report.json), and the change that made it;
 2. `kfbot reproduce <run folder> --json`: the committed patch re-timed against the
    original in a fresh worker with an independent timer;
@@ -223,7 +223,7 @@ def measure(bench: NaiveBench, work: Path, budget: int, seed: int, gpu: int | No
     repo = stage(bench.fixture, work)
     where = ["--gpu", str(gpu)] if gpu is not None else []
     code, out, err = kfbot(["optimize", bench.kernel, "--repo", str(repo), "--no-llm",
-                            "--budget-evals", str(budget), "--seed", str(seed), *where],
+                            "--budget", str(budget), "--seed", str(seed), *where],
                            OPTIMIZE_TIMEOUT_S)
     run_dir = repo / ".kfbot" / "runs" / f"{bench.kernel}-{seed}"
     report = run_dir / "report.json"

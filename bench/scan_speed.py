@@ -794,7 +794,6 @@ def bench(info: TreeInfo, repeat: int, scratch_cache: Path) -> int:
     cache_env = {**os.environ, "KFBOT_CACHE": str(scratch_cache)}
     warm = [sys.executable, "-m", "kfbot", "scan", tree, "--json"]
     run_quiet(warm, env=cache_env)
-    time.sleep(2.0)  # the first scan's cache is written by a detached process
     warm_row = table.measure("kfbot CLI `scan --json`, facts cache warm, incl. start-up",
                              repeat, lambda: run_quiet(warm, env=cache_env))
     # `kfbot --help` imports every command; `kfbot scan --help` what a scan needs.

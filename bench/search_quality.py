@@ -20,7 +20,7 @@ each result reproduced by `kfbot reproduce` and printed beside the fixture's bes
 hand-written version; target: a geometric mean of the reproduced speedups of at least 5x.
 
     python bench/search_quality.py [--kernels softmax,gelu] [--seeds 3] [--quick]
-    python bench/search_quality.py --naive [--kernels softmax,matmul] [--budget-evals 32]
+    python bench/search_quality.py --naive [--kernels softmax,matmul] [--budget 32]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import naive_kernels  # noqa: E402
 
-from kfbot.commands.common import cache_dir  # noqa: E402
+from kfbot.cache import cache_dir  # noqa: E402
 from kfbot.config import load_config  # noqa: E402
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError  # noqa: E402
 from kfbot.evaluate.candidate import ORIGINAL, Candidate  # noqa: E402
@@ -486,15 +486,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                        help="kfbot optimize --no-llm on the naive fixtures, reproduced, beside "
                             f"hand-written versions (--kernels from: "
                             f"{', '.join(b.key for b in naive_kernels.NAIVE)})")
-    naive.add_argument("--budget-evals", type=int, default=naive_kernels.MAX_BUDGET,
+    naive.add_argument("--budget", type=int, default=naive_kernels.MAX_BUDGET,
                        metavar="N", help=f"evaluations per kernel (at most "
                                          f"{naive_kernels.MAX_BUDGET}, the default)")
     naive.add_argument("--seed", type=int, default=0, help="the search's seed (default 0)")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.cap < 1:
         p.error("--seeds and --cap must be at least 1")
-    if not 1 <= args.budget_evals <= naive_kernels.MAX_BUDGET:
-        p.error(f"--budget-evals must be between 1 and {naive_kernels.MAX_BUDGET}")
+    if not 1 <= args.budget <= naive_kernels.MAX_BUDGET:
+        p.error(f"--budget must be between 1 and {naive_kernels.MAX_BUDGET}")
     if args.quick and "--seeds" not in (argv if argv is not None else sys.argv[1:]):
         args.seeds = 1
     return args
@@ -554,16 +554,16 @@ def run_naive(args: argparse.Namespace, console: Console) -> int:
         for bench in benches:
             console.print(f"[bold]{bench.kernel}[/] ({bench.fixture}): optimize, reproduce, "
                           "hand-written ...")
-            rows.append(naive_kernels.measure(bench, Path(tmp), args.budget_evals, args.seed,
+            rows.append(naive_kernels.measure(bench, Path(tmp), args.budget, args.seed,
                                               None))
-            console.print(naive_kernels.table(rows[-1:], args.budget_evals))
-    console.print(naive_kernels.table(rows, args.budget_evals))
-    lines, passed = naive_kernels.summary(rows, args.budget_evals)
+            console.print(naive_kernels.table(rows[-1:], args.budget))
+    console.print(naive_kernels.table(rows, args.budget))
+    lines, passed = naive_kernels.summary(rows, args.budget)
     for line in lines:
         console.print(line, highlight=False, markup=False)
     if args.json is not None:
         args.json.write_text(json.dumps({
-            "section": "naive", "budget": args.budget_evals, "seed": args.seed,
+            "section": "naive", "budget": args.budget, "seed": args.seed,
             "passed": passed, "summary": lines,
             "rows": [{**asdict(r), "bench": asdict(r.bench)} for r in rows]}, indent=1))
     return EXIT_OK if passed else EXIT_FAIL

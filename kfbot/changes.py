@@ -21,9 +21,11 @@ takes a tenth of one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import posixpath
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,10 +35,9 @@ from typing import TYPE_CHECKING
 from kfbot import git
 from kfbot.config import CONFIG_NAMES, Config, load_config
 from kfbot.errors import EXIT_USAGE, KfbotError
-from kfbot.scan.cuda_facts import extract_cuda_facts
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import BuildRecipe, Kernel, ReferenceTest, ScanReport
-from kfbot.scan.scanner import scan
+from kfbot.scan.scanner import file_facts, scan
 from kfbot.text import read_source
 
 if TYPE_CHECKING:
@@ -92,6 +93,46 @@ def is_kernel_source(path: str) -> bool:
     """Whether a change to `path` can change what the scan finds: a C++/CUDA or Python
     source, or the kfbot config file."""
     return source_kind(posixpath.basename(path)) is not None or path in CONFIG_NAMES
+
+
+def changed_lines(root: Path, sha: str, path: str) -> frozenset[int]:
+    """Lines of the working file `path` (relative to root, there at commit `sha` too)
+    that differ from that commit, 1-based. Where lines were only removed, the two lines
+    around the gap count as changed."""
+    diff = git.run(root, "diff", "-U0", "--no-color", "--no-renames", "--no-ext-diff", sha,
+                   "--", path).decode(errors="surrogateescape")
+    lines: set[int] = set()
+    for start, count in _HUNK.findall(diff):
+        first, size = int(start), int(count) if count else 1
+        lines |= set(range(first, first + size)) if size else {first, first + 1}
+    return frozenset(lines)
+
+
+_HUNK = re.compile(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def base_texts(root: Path, sha: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """The bytes of each root-relative path at commit `sha`; None where it was not
+    there (or was not a file)."""
+    repo = git.locate(root)
+    names = [f"{sha}:{posixpath.join(repo.prefix, p) if repo.prefix else p}" for p in paths]
+    if not paths:
+        return {}
+    data = git.run(repo.top, "cat-file", "--batch", stdin="\n".join(names).encode() + b"\n")
+    found: dict[str, bytes | None] = {}
+    offset = 0
+    for path in paths:
+        header_end = data.index(b"\n", offset)
+        header = data[offset:header_end].split()
+        offset = header_end + 1
+        if len(header) != 3 or header[1] != b"blob":  # missing, or a folder
+            found[path] = None
+            offset += int(header[2]) + 1 if len(header) == 3 else 0
+            continue
+        size = int(header[2])
+        found[path] = data[offset:offset + size]
+        offset += size + 1  # the content is followed by a newline
+    return found
 
 
 # --- the base revision on disk -------------------------------------------------------------
@@ -155,11 +196,13 @@ def base_worktree(root: Path, sha: str) -> Iterator[Path]:
             git.run(repo.top, "worktree", "remove", "--force", str(tree))
 
 
-def scan_base(root: Path, sha: str, config: Config | None = None) -> ScanReport:
+def scan_base(root: Path, sha: str, config: Config | None = None,
+              cache: Path | None = None, jobs: int | None = None) -> ScanReport:
     """The scan of `root` as it was at commit `sha` (with that commit's config unless
-    `config` is given). Paths in the report are relative to root, as in any scan."""
+    `config` is given). Paths in the report are relative to root, as in any scan;
+    `cache` is the scan's facts cache, if any, and `jobs` its worker processes."""
     with base_tree(root, sha) as tree:
-        return scan(tree, config or load_config(None, tree))
+        return scan(tree, config or load_config(None, tree), jobs=jobs, cache=cache)
 
 
 # --- changed kernels -------------------------------------------------------------------------
@@ -175,11 +218,13 @@ class ChangedKernel:
 
 
 def changed_kernels(root: Path, base: str = "HEAD", paths: Sequence[str] | None = None,
-                    report: ScanReport | None = None) -> list[ChangedKernel]:
+                    report: ScanReport | None = None,
+                    cache: Path | None = None) -> list[ChangedKernel]:
     """The kernels of the working tree under `root` that a change touches.
 
     `paths` are the changed files relative to `root` (default: `changed_paths(root,
-    base)`); `report` is the working tree's scan when the caller has one already.
+    base)`); `report` is the working tree's scan when the caller has one already, and
+    `cache` the scan's facts cache, if any (the includes are read from it).
     A kernel is touched when a changed file defines or launches it, binds or builds
     its op (the bindings, the build script, a source of its extension that defines no
     other kernel), or is a local header that those files include (followed through
@@ -192,14 +237,15 @@ def changed_kernels(root: Path, base: str = "HEAD", paths: Sequence[str] | None 
         return []
     if report is None:
         report = scan(root, load_config(None, root))
-    includes = _Includes(Path(report.root))
+    includes = _Includes(Path(report.root), cache)
     owned = {k.id: {k.file, *(s.file for s in k.launch_sites)} for k in report.kernels}
     anyone = set().union(*owned.values())
     found = []
     for kernel in report.kernels:
         own = _kernel_files(kernel, anyone - owned[kernel.id])
         hit = own & changed
-        headers = changed - own
+        # Only C/C++/CUDA files are ever included: a changed test needs no include walk.
+        headers = {p for p in changed - own if source_kind(p) == "cuda"}
         if headers:
             hit |= includes.closure(own, _include_dirs(kernel)) & headers
         if hit:
@@ -240,10 +286,12 @@ def _include_dirs(kernel: Kernel) -> tuple[str, ...]:
 
 
 class _Includes:
-    """Local headers reached through quoted `#include`s, each file parsed once."""
+    """Local headers reached through quoted `#include`s, each file read once (from the
+    scan's facts cache when there is one)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cache: Path | None = None) -> None:
         self.root = root
+        self.cache = cache
         self.direct: dict[str, tuple[str, ...]] = {}
 
     def closure(self, files: Iterable[str], include_dirs: Sequence[str]) -> set[str]:
@@ -262,7 +310,8 @@ class _Includes:
                 data = (self.root / path).read_bytes()
             except OSError:
                 data = b""
-            self.direct[path] = extract_cuda_facts(path, data).includes if data else ()
+            cuda = file_facts(self.root, path, data, self.cache)[0] if data else []
+            self.direct[path] = tuple(i for facts in cuda for i in facts.includes)
         found = []
         for spec in self.direct[path]:
             for folder in (posixpath.dirname(path), *include_dirs):
@@ -288,6 +337,42 @@ class BrokenPairing:
         return (f"{self.kernel.file}:{self.kernel.definition.line}: "
                 f"{self.kernel.definition.qualified_name}: "
                 f"no reference test reaches it any more (at {base}: {was})")
+
+
+def pairing_may_change(root: Path, sha: str, paths: Sequence[str],
+                       cache: Path | None = None) -> str | None:
+    """Why the change of `paths` may have changed which kernels have reference tests
+    since commit `sha`; None when it cannot have: every changed file was there before
+    and what the scan reads from it is the same, line numbers aside (a kernel's body, a
+    tolerance or a comment changed). `cache` is the scan's facts cache, if any."""
+    if any(p in CONFIG_NAMES for p in paths):
+        return "the config file changed"
+    before = base_texts(root, sha, paths)
+    for path in paths:
+        old, now = before[path], root / path
+        if old is None or not now.is_file():
+            return f"{path} was added or deleted"
+        data = now.read_bytes()
+        if data != old and _shape(file_facts(root, path, data, cache)) != \
+                _shape(file_facts(root, path, old, cache)):
+            return f"what the scan reads from {path} changed"
+    return None
+
+
+def _shape(value: object) -> object:
+    """Facts without what no pairing depends on (see _NOT_PAIRING)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, tuple(
+            (f.name, _shape(getattr(value, f.name))) for f in dataclasses.fields(value)
+            if f.name not in _NOT_PAIRING))
+    if isinstance(value, (list, tuple)):
+        return tuple(_shape(v) for v in value)
+    return value
+
+
+# Line numbers move with every edit above them; the words a function uses link it to
+# tunables, never to a test. Every other fact is compared, new ones included.
+_NOT_PAIRING = frozenset({"line", "line_offset", "uses"})
 
 
 def broken_pairings(root: Path, base: str, report: ScanReport,
@@ -332,7 +417,15 @@ class Comparison:
     @property
     def slower_shapes(self) -> list[str]:
         """Inputs on which the change is significantly slower than the base."""
-        return [t.input for t in self.change.timings if t.speedup.verdict == "slower"]
+        return self.slower_beyond(0.0)
+
+    def slower_beyond(self, threshold: float) -> list[str]:
+        """Inputs on which the change is significantly slower than the base by more than
+        `threshold` (0.05: 5 %): the speedup's whole confidence interval lies below
+        1 / (1 + threshold)."""
+        limit = 1.0 / (1.0 + threshold)
+        return [t.input for t in self.change.timings
+                if t.speedup.verdict == "slower" and t.speedup.ci_high < limit]
 
 
 def compare_with_base(root: Path, base: str, changed: ChangedKernel, gpu: int | None,

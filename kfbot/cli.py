@@ -1,15 +1,25 @@
-"""The `kfbot` command: one subcommand module each, one error handler for all."""
+"""The `kfbot` command: one subcommand module each, one error handler for all.
+
+Every subcommand is built by `CommandParser`, which gives it the options all of them
+share (`--verbose`) and the help layout (every option's default shown); a bad option
+is answered with that subcommand's own usage. `tests/test_cli_rules.py` holds every
+subcommand to the same rules.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from kfbot import __version__
+from kfbot import __version__, extras
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.text import printable
+
+log = logging.getLogger(__name__)
 
 # Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
 # need not import the evaluation engine that `verify` and `bench` are built on.
@@ -19,14 +29,54 @@ COMMANDS = ("scan", "verify", "bench", "optimize", "lessons", "check", "hook", "
 PROTECTED = frozenset({"verify", "bench", "optimize", "action"})
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Says every option's default, unless its help already does."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, False, [], argparse.SUPPRESS) \
+                or action.option_strings == [] or "%(default)" in text:
+            return text
+        shown = default if not isinstance(default, (list, tuple)) else ", ".join(
+            str(d) for d in default)
+        return f"{text} (default: {shown})".replace("%", "%%")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of a subcommand (and of the subcommands under it, as for `hook`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: `kfbot hook -v verify` keeps the -v of `hook`; a nested parser's own
+        # default would overwrite it.
+        self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                          help="log what kfbot does to stderr; twice for debug detail")
+        self.set_defaults(parser=self)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line parser; with `only`, of that one subcommand (it parses alike)."""
+    """The command line parser; with `only`, of that one subcommand (it parses alike).
+
+    A command whose module needs an extra that is not installed is left out of the
+    full list; asked for alone, it is a KfbotError with the line that installs it.
+    """
     parser = argparse.ArgumentParser(
-        prog="kfbot", description="Make the CUDA kernels in a repository faster, and prove it.")
+        prog="kfbot", formatter_class=HelpFormatter,
+        description="Make the CUDA kernels in a repository faster, and prove it.")
     parser.add_argument("--version", action="version", version=f"kfbot {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for name in COMMANDS if only is None else (only,):
-        importlib.import_module(f"kfbot.commands.{name}").add_parser(sub)
+        try:
+            module = importlib.import_module(f"kfbot.commands.{name}")
+        except ImportError as exc:
+            missing = extras.from_import_error(exc, f"kfbot {name}")
+            if missing is None or only is not None:
+                raise missing or exc from exc
+            log.debug("kfbot %s left out: %s", name, missing)
+            continue
+        module.add_parser(sub)
     return parser
 
 
@@ -34,21 +84,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     # Only a command named first is parsed alone: `kfbot --help` lists them all.
     command = args_in[0] if args_in and args_in[0] in COMMANDS else None
-    parser = build_parser(command)
-    args = parser.parse_args(args_in)
+    try:
+        parser = build_parser(command)
+    except KfbotError as exc:
+        return _failed(exc)
+    args, unknown = parser.parse_known_args(args_in)
+    # Said with the usage of the subcommand they were given to, not the top level's.
+    used: argparse.ArgumentParser = getattr(args, "parser", parser)
+    if unknown:
+        used.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "run", None):
-        parser.print_help(sys.stderr)
+        used.print_help(sys.stderr)
         return EXIT_USAGE
+    _logging(getattr(args, "verbose", 0))
     try:
         return int(args.run(args))
     except KfbotError as exc:
-        print(f"kfbot: error: {printable(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return _failed(exc)
+    except ImportError as exc:  # an extra the command reached for only now
+        missing = extras.from_import_error(exc, f"kfbot {command}")
+        if missing is None:
+            raise
+        return _failed(missing)
     except KeyboardInterrupt:
         print("kfbot: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _failed(exc: KfbotError) -> int:
+    print(f"kfbot: error: {printable(str(exc))}", file=sys.stderr)
+    return exc.exit_code
+
+
+def _logging(verbose: int) -> None:
+    """kfbot's own loggers: warnings by default, `-v` info, `-vv` debug, all to stderr.
+    What a command tells its user is printed, not logged."""
+    level = logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = _Stderr()
+    form = "kfbot: %(levelname)s: %(message)s" if not verbose else \
+        "%(asctime)s %(name)s %(levelname)s: %(message)s"
+    handler.setFormatter(logging.Formatter(form))
+    root = logging.getLogger("kfbot")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+class _Stderr(logging.Handler):
+    """Writes to `sys.stderr` as it is when a record comes, not when kfbot started: a
+    caller that redirects it (pytest, a wrapper) gets the records."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # logging must never stop a command: say so the logging way
+            self.handleError(record)
 
 
 def entry() -> int:

@@ -14,7 +14,7 @@ git -C "$work/example" add -A
 git -C "$work/example" -c user.name=kfbot -c user.email=kfbot@localhost commit -qm example
 if .venv/bin/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
 then
-    .venv/bin/kfbot optimize --repo "$work/example" --budget-evals 16 --islands 2 "$@"
+    .venv/bin/kfbot optimize --repo "$work/example" --budget 16 --islands 2 "$@"
 else
     echo "no CUDA GPU here: this is what kfbot optimize would do (--dry-run)"
     .venv/bin/kfbot optimize --repo "$work/example" --dry-run "$@"

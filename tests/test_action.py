@@ -13,6 +13,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -174,7 +175,8 @@ class Harness:
         env = {"GITHUB_EVENT_NAME": event_name, "GITHUB_EVENT_PATH": str(event),
                "GITHUB_REPOSITORY": REPO, "GITHUB_WORKSPACE": str(self.workspace),
                "GITHUB_API_URL": self.server.base_url, "GITHUB_SERVER_URL": "https://github.com",
-               "GITHUB_RUN_ID": "4242", "GITHUB_OUTPUT": str(runner / "output"),
+               "GITHUB_RUN_ID": "4242", "GITHUB_ACTIONS": "true",
+               "GITHUB_OUTPUT": str(runner / "output"),
                "GITHUB_STEP_SUMMARY": str(runner / "summary.md"), "RUNNER_TEMP": str(runner),
                "KFBOT_GITHUB_INTERVALS": "0,0", "KFBOT_CACHE": str(self.tmp / "cache"),
                "INPUT_TOKEN": self.server.token, "INPUT_ANTHROPIC_API_KEY": ANTHROPIC_KEY,
@@ -446,6 +448,23 @@ def test_schedule_dry_run_plans_without_a_gpu(harness: Harness) -> None:
     assert "kernel csrc/softmax.cu::softmax_kernel: 4 islands" in run.summary
     assert "budget 16 evaluations" in run.summary
     assert harness.server.calls == []
+    # The job's log folds each kernel's work into a group of its own.
+    assert run.out.count("::group::kfbot optimize softmax_kernel\n") == 1
+    assert run.out.count("::endgroup::\n") == 1
+
+
+@pytest.mark.gpu
+def test_a_scheduled_search_logs_every_evaluation(harness: Harness) -> None:
+    harness.checkout(harness.base_sha)
+    run = harness.run("schedule", EVENTS / "schedule.json", kernel="softmax_kernel",
+                      budget="4", islands="2", drop=("CUDA_VISIBLE_DEVICES",))
+    assert run.code in (0, 1), run.err
+    group = run.out.split("::group::kfbot optimize softmax_kernel\n", 1)[1]
+    lines = [line for line in group.split("::endgroup::")[0].splitlines()
+             if line.startswith("evaluation ")]
+    assert [line.split(":")[0] for line in lines] == \
+        [f"evaluation {n}/4" for n in range(1, len(lines) + 1)]
+    assert lines and all(re.match(r"evaluation \d/4: island [01], \w+: ", line) for line in lines)
 
 
 def test_schedule_without_a_gpu_fails_clearly(harness: Harness) -> None:

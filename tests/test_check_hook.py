@@ -15,6 +15,7 @@ from pathlib import Path
 import git
 import pytest
 import yaml
+from identify.identify import tags_from_filename
 
 from kfbot.changes import (
     base_tree,
@@ -28,7 +29,7 @@ from kfbot.changes import (
     resolve_base,
 )
 from kfbot.cli import build_parser, main
-from kfbot.commands.check import compile_result, front_end_flags, nvcc_command
+from kfbot.commands.compile_check import compile_result, front_end_flags, nvcc_command
 from kfbot.commands.hook import missing_gpu
 from kfbot.config import Config
 from kfbot.errors import KfbotError
@@ -75,9 +76,22 @@ def _drop_softmax_test(root: Path) -> None:
 
 
 def _check(capsys: pytest.CaptureFixture[str], root: Path, *files: str) -> tuple[int, str]:
-    code = main(["check", "--repo", str(root), *(str(root / f) for f in files)])
+    words = [f if f.startswith("-") else str(root / f) for f in files]
+    code = main(["check", "--repo", str(root), *words])
     out, err = capsys.readouterr()
     return code, out + err
+
+
+def _commit_all(root: Path) -> None:
+    repo = git.Repo(root)
+    repo.git.add("-A")
+    repo.index.commit("more")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan's facts cache in the test's folder, never the user's."""
+    monkeypatch.setenv("KFBOT_CACHE", str(tmp_path / "cache"))
 
 
 def _state(root: Path) -> tuple[str, ...]:
@@ -155,36 +169,98 @@ def test_the_builds_include_folders_are_used(capsys: pytest.CaptureFixture[str],
     assert "csrc/scale_forward.cu: compiles" in out
 
 
+EXTRA = ("#include <torch/extension.h>\n__global__ void extra_kernel(float* x) { x[0] = 1; }\n"
+         "void extra(torch::Tensor t) { extra_kernel<<<1, 1>>>(t.data_ptr<float>()); }\n")
+TORCH_SKIP = ("kfbot check: nvcc skipped csrc/extra.cu: PyTorch's headers (torch/extension.h) "
+              "take about 45 s to parse; `kfbot hook verify` builds what includes them; "
+              "tree-sitter checked the syntax instead")
+
+
 @needs_nvcc
-def test_a_file_that_needs_torch_headers_is_left_to_the_gpu_hook(
+def test_a_file_that_needs_torch_headers_is_left_to_tree_sitter(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     root = _project(tmp_path)
-    (root / "csrc" / "extra.cu").write_text(
-        "#include <torch/extension.h>\n__global__ void extra_kernel(float* x) { x[0] = 1; }\n"
-        "void extra(torch::Tensor t) { extra_kernel<<<1, 1>>>(t.data_ptr<float>()); }\n")
+    (root / "csrc" / "extra.cu").write_text(EXTRA)
     started = time.monotonic()
     code, out = _check(capsys, root, "csrc/extra.cu")
     assert code == 0, out
-    assert "csrc/extra.cu: compile check skipped: it includes PyTorch's headers " \
-           "(torch/extension.h)" in out
+    assert out.splitlines().count(TORCH_SKIP) == 1  # the reason, once
     assert time.monotonic() - started < 20  # it was not parsed with torch's headers
 
 
-def test_without_nvcc_the_compile_check_is_skipped_in_one_line(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@needs_nvcc
+def test_a_syntax_error_where_nvcc_cannot_look_fails_with_file_and_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     root = _project(tmp_path)
+    (root / "csrc" / "extra.cu").write_text(EXTRA)
+    _commit_all(root)
+    _edit(root / "csrc" / "extra.cu", "x[0] = 1;", "x[0] = 1")
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 1, out
+    lines = out.splitlines()
+    assert "csrc/extra.cu:2: error: missing `;` (found by tree-sitter)" in lines
+    assert TORCH_SKIP + ", and found the errors above" in lines
+
+
+def _without_nvcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
     os.symlink(shutil.which("git") or "git", bare / "git")
     monkeypatch.setenv("PATH", str(bare))
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    _edit(root / SOFTMAX, "float sum = 0.0f;", "float sum = 0.0f")
+
+
+def test_without_nvcc_tree_sitter_checks_the_syntax(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _project(tmp_path)
+    _without_nvcc(tmp_path, monkeypatch)
+    _edit(root / SOFTMAX, "#define BLOCK 128", "#define BLOCK 256")
     code, out = _check(capsys, root, SOFTMAX)
     assert code == 0, out
-    assert "kfbot check: nvcc not found (set CUDA_HOME or put it on PATH): " \
-           "compile check skipped" in out.splitlines()
+    assert "kfbot check: nvcc not found (set CUDA_HOME or put it on PATH): tree-sitter " \
+           "checked the syntax instead" in out.splitlines()
+    _edit(root / SOFTMAX, "float sum = 0.0f;", "float sum = 0.0f")
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 1, out
+    assert "csrc/softmax.cu:15: error: missing `;` (found by tree-sitter)" in out.splitlines()
+
+
+def test_what_tree_sitter_cannot_parse_already_is_not_blamed_on_the_change(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _project(tmp_path)
+    _without_nvcc(tmp_path, monkeypatch)
+    # A line the grammar cannot parse, committed long ago.
+    _edit(root / SOFTMAX, "#define BLOCK 128", "#define BLOCK 128\nint legacy = ) 1;")
+    _commit_all(root)
+    _edit(root / SOFTMAX, "float sum = 0.0f;", "float sum = 1.0f;")
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 0, out
+    _edit(root / SOFTMAX, "float sum = 1.0f;", "float sum = 1.0f")
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if ": error: " in line]
+    assert errors == ["csrc/softmax.cu:16: error: missing `;` (found by tree-sitter)"]
+
+
+def test_the_base_is_scanned_only_when_a_pairing_may_change(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _project(tmp_path)
+    _without_nvcc(tmp_path, monkeypatch)
+    tests = root / "tests" / "test_ops.py"
+    _edit(tests, "atol=", "atol=2 * ")  # a tolerance: nothing the pairing reads
+    _edit(root / SOFTMAX, "float sum = 0.0f;", "// the sum\n    float sum = 0.0f;")
+    code, out = _check(capsys, root, "-v", SOFTMAX, "tests/test_ops.py")
+    assert code == 0, out
+    assert "the base is not scanned: no changed file can change a pairing" in out
+    _drop_softmax_test(root)
+    code, out = _check(capsys, root, "-v", "tests/test_ops.py")
+    assert code == 1, out
+    assert "the base is scanned: what the scan reads from tests/test_ops.py changed" in out
+    assert "softmax_kernel: no reference test reaches it any more" in out
 
 
 def test_a_removed_reference_test_fails_naming_the_kernel(capsys: pytest.CaptureFixture[str],
@@ -472,17 +548,18 @@ def test_the_pre_commit_manifest() -> None:
     assert (light["entry"], light["language"]) == ("kfbot check", "python")
     assert "stages" not in light  # every stage the user installs, pre-commit first
     assert (gpu["entry"], gpu["language"]) == ("kfbot hook verify", "system")
-    assert gpu["stages"] == ["manual", "pre-push"] and gpu["verbose"] is True
+    assert gpu["stages"] == ["manual", "pre-push"]
     for hook in hooks.values():
+        assert hook["name"] == hook["id"]  # pre-commit's status lines stay short
         assert hook["pass_filenames"] is True and hook["require_serial"] is True
-        assert set(hook) <= {"id", "name", "description", "entry", "language", "files",
+        assert hook["verbose"] is True  # why nvcc skipped a file shows on a pass too
+        assert set(hook) <= {"id", "name", "description", "entry", "language", "types_or",
                              "pass_filenames", "require_serial", "stages", "verbose",
                              "minimum_pre_commit_version"}
-        files = re.compile(hook["files"])
-        for name in ("csrc/a.cu", "inc/a.cuh", "b.cpp", "x/y.h", "z.hpp", "tests/t.py",
-                     "kfbot.yaml", ".github/kfbot.yml", ".kfbot.yaml"):
-            assert files.search(name), name
+        for name in ("csrc/a.cu", "inc/a.cuh", "b.cpp", "x/y.h", "z.hpp", "w.inl", "c.c",
+                     "tests/t.py", "kfbot.yaml", ".github/kfbot.yml", ".kfbot.yaml"):
+            assert tags_from_filename(name) & set(hook["types_or"]), name
         for name in ("README.md", "data.json", "notes.txt", "a.cu.orig"):
-            assert not files.search(name), name
+            assert not tags_from_filename(name) & set(hook["types_or"]), name
         args = build_parser().parse_args([*hook["entry"].split()[1:], "a.cu", "b.py"])
         assert callable(args.run) and [str(f) for f in args.files] == ["a.cu", "b.py"]

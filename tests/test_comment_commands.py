@@ -518,7 +518,8 @@ class _PublishedWork:
         raise AssertionError("not asked")
 
     def optimize(self, command: Command, policy: GithubConfig, head: Head,
-                 before_publish: Callable[[], None]) -> Result:
+                 before_publish: Callable[[], None], progress: Callable[[str], None]
+                 ) -> Result:
         before_publish()
         return Result("softmax_kernel: 3.10x; opened pull request #9", "## the report\n",
                       pr_url="https://github.com/o/r/pull/9", pr_number=9,
@@ -544,3 +545,52 @@ def test_a_502_on_the_last_status_update_keeps_the_result(harness: Harness) -> N
     outputs = result.outputs("/tmp/report.md")
     assert outputs["pr-url"] == "https://github.com/o/r/pull/9"
     assert outputs["best-speedup"] == "3.100"
+
+
+class _SearchingWork(_PublishedWork):
+    """Work whose search reports its progress twice before it publishes."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.seen: list[str] = []
+
+    def optimize(self, command: Command, policy: GithubConfig, head: Head,
+                 before_publish: Callable[[], None], progress: Callable[[str], None]
+                 ) -> Result:
+        for line in ("3/64 evaluations, best so far 1.400x (island 0, params), 3m10s elapsed",
+                     "9/64 evaluations, best so far 2.100x (island 2, rules), 6m20s elapsed"):
+            progress(line)
+            self.seen.append(self.harness.comments()[-1])
+        return super().optimize(command, policy, head, before_publish, progress)
+
+
+def _optimize_comment(harness: Harness, work: _PublishedWork) -> Result:
+    event = load_event("issue_comment", harness.comment_event("/kfbot optimize softmax_kernel"),
+                       REPO)
+    assert isinstance(event, CommentEvent)
+    repo = repository(connect(harness.server.token, harness.server.base_url), REPO)
+    settings = Settings(harness.workspace, GithubConfig, str, None,
+                        Retry(attempts=1, sleep=lambda _: None))
+    return handle_comment(event, repo, work, settings)
+
+
+def test_the_status_comment_shows_the_search_as_it_goes(harness: Harness) -> None:
+    harness.open_pull()
+    work = _SearchingWork(harness)
+    result = _optimize_comment(harness, work)
+    assert result.exit_code == 0
+    assert "kfbot: searching: 3/64 evaluations, best so far 1.400x" in work.seen[0]
+    assert "kfbot: searching: 9/64 evaluations, best so far 2.100x (island 2, rules)" \
+        in work.seen[1]
+    (final,) = harness.comments()
+    assert "softmax_kernel: 3.10x; opened pull request #9" in final
+    assert "searching:" not in final
+
+
+def test_a_failed_progress_update_does_not_stop_the_search(harness: Harness) -> None:
+    harness.open_pull()
+    work = _SearchingWork(harness)
+    harness.server.fail_next("PATCH", r"/repos/.*/issues/comments/\d+", 502, times=2)
+    result = _optimize_comment(harness, work)
+    assert result.exit_code == 0 and result.pr_number == 9
+    assert "softmax_kernel: 3.10x; opened pull request #9" in harness.comments()[-1]

@@ -27,7 +27,7 @@ def kfbot(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_dry_run_shows_the_search_plan() -> None:
     proc = kfbot("optimize", "gelu_kernel", "--dry-run", "--seed", "3", "--islands", "2",
-                 "--budget-evals", "16", cwd=FIXTURES / "load_elementwise")
+                 "--budget", "16", cwd=FIXTURES / "load_elementwise")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "kernel csrc/gelu_kernel.cu::gelu_kernel: 2 islands, seed 3, budget 16 evaluations" \
@@ -52,7 +52,7 @@ def test_without_a_gpu_it_says_so_after_the_plan_and_writes_nothing() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (("optimize", "no_such_kernel", "--dry-run"), "unknown kernel 'no_such_kernel'"),
     (("optimize", "--dry-run", "--time", "soon"), "not a duration"),
-    (("optimize", "gelu_kernel", "--budget-evals", "0", "--dry-run"), "at least 1"),
+    (("optimize", "gelu_kernel", "--budget", "0", "--dry-run"), "at least 1"),
 ])
 def test_bad_input_is_refused_with_a_reason(args: tuple[str, ...], message: str) -> None:
     proc = kfbot(*args, cwd=FIXTURES / "load_elementwise")

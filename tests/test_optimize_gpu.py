@@ -4,6 +4,7 @@ bundled example's softmax, and the run leaves its report, patch, chart and lesso
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,10 +60,14 @@ def test_the_kfbot_optimize_command_finds_a_verified_speedup(tmp_path: Path) -> 
     env.pop("ANTHROPIC_API_KEY", None)
     done = subprocess.run(
         [sys.executable, "-m", "kfbot", "optimize", "softmax_kernel", "--repo", str(root),
-         "--budget-evals", "16", "--islands", "2", "--seed", "1", "--no-llm"],
+         "--budget", "16", "--islands", "2", "--seed", "1", "--no-llm"],
         capture_output=True, text=True, timeout=1200, env=env, check=False)
     print(done.stdout[-6000:])  # the final table, for the record (pytest -s)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Piped, as in a CI log: a plain line per evaluation, never the live table.
+    evaluations = [line for line in done.stdout.splitlines() if line.startswith("evaluation ")]
+    assert 1 <= len(evaluations) <= 16 and "┃" not in done.stdout, done.stdout[-3000:]
+    assert all(re.match(r"evaluation \d+/16: island [01], \w+: ", e) for e in evaluations)
     best = [line for line in done.stdout.splitlines() if line.startswith("best: ")]
     assert best and "(faster)" in best[0], done.stdout[-3000:]
     assert repo.head.commit.hexsha == head and not repo.is_dirty(untracked_files=False)

@@ -264,7 +264,7 @@ def test_optimize_on_ray_asks_the_cluster_for_its_gpu(cluster: Any, tmp_path: Pa
     shutil.copytree(FIXTURE, repo)
     monkeypatch.setenv("KFBOT_CACHE", str(tmp_path / "cache"))
     code = main(["optimize", "softmax_kernel", "--repo", str(repo), "--executor", "ray",
-                 "--no-llm", "--budget-evals", "2"])
+                 "--no-llm", "--budget", "2"])
     err = capsys.readouterr().err
     assert code == EXIT_MISSING_TOOL, err
     assert "on the Ray actor: no CUDA GPU" in err

@@ -170,12 +170,17 @@ def test_budget_limits_and_resume() -> None:
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200),
-                                               ("1h30m", 5400), ("45", 45)])
+                                               ("1h30m", 5400), ("1.5m", 90)])
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "soon", "10x", "0"])
+@pytest.mark.parametrize("text", ["", "soon", "10x", "0s", "45", "1h30"])
 def test_bad_durations_say_what_is_accepted(text: str) -> None:
-    with pytest.raises(ValueError, match="try 90s"):
+    with pytest.raises(ValueError, match="try "):
         parse_duration(text)
+
+
+def test_a_bare_number_needs_a_unit() -> None:
+    with pytest.raises(ValueError, match=r"'30' needs a unit \(try 30s or 30m\)"):
+        parse_duration("30")

@@ -110,7 +110,7 @@ def test_action_scripts_expand_nothing_and_keep_the_runners_torch() -> None:
         assert "${{" not in step.get("run", ""), step["run"]  # values come through env:
         assert step.get("shell") == "bash"
     install = steps[0]["run"]
-    assert 'pip install' in install and '"$GITHUB_ACTION_PATH"' in install
+    assert 'pip install' in install and '"$GITHUB_ACTION_PATH[github,llm]"' in install
     assert "[gpu]" not in install and "torch==" not in install
     assert "--force-reinstall" not in install and "--upgrade " not in install
     assert 'if [ "$before" != "$after" ]' in install  # fails if torch was touched

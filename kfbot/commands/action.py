@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import logging
 import os
 import sys
 import tempfile
@@ -27,7 +28,9 @@ from typing import TYPE_CHECKING
 from github.Repository import Repository
 
 from kfbot import credentials
-from kfbot.commands.common import cache_dir
+from kfbot.cache import cache_dir
+from kfbot.commands.options import add_repo_argument
+from kfbot.commands.progress import log_group
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
@@ -47,8 +50,11 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.text import printable
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
-    from kfbot.search.runner import OptimizeSettings
+    from kfbot.search.llm import LlmMutator
+    from kfbot.search.runner import OptimizeOutcome, OptimizeSettings
 
 # The search (and the anthropic SDK under it, seconds to import) is imported only where
 # a GPU search really runs: comment handling and the guard start without it.
@@ -58,6 +64,8 @@ if TYPE_CHECKING:
 # server set "0,0".
 INTERVALS_VARIABLE = "KFBOT_GITHUB_INTERVALS"
 DEFAULT_INTERVALS = (0.25, 1.0)
+# How often a comment command's status comment says the best so far, at most.
+STATUS_EVERY_S = 180.0
 GPU_HINT = ("run the workflow on a self-hosted runner with a CUDA GPU and the CUDA toolkit "
             "(`runs-on: [self-hosted, gpu]`)")
 
@@ -67,16 +75,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "action", help="run as the GitHub Action (reads GITHUB_* and INPUT_* variables)",
         description="The GitHub Action's entry point: reads the event, the INPUT_* "
                     "variables and the runner's GITHUB_* variables; see docs/github-action.md.")
+    add_repo_argument(p, default=None,
+                      help="the checkout to work on (default: $GITHUB_WORKSPACE, else .)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return Action(credentials.original_environment()).run()
+    return Action(credentials.original_environment(), args.repo).run()
 
 
 class Action:
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], root: Path | None = None) -> None:
         self.env = env
+        self.root = root
         names = [action_io.env_name(n) for n in action_io.SECRET_INPUTS]
         names += ["GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY"]
         self.redact = Redactor(env.get(name, "").strip() for name in names)
@@ -104,9 +115,10 @@ class Action:
         inputs = dataclasses.replace(inputs, anthropic_api_key=inputs.anthropic_api_key or (
             self.env.get("ANTHROPIC_API_KEY", "").strip()))
         _keep_secrets_from_subprocesses()
-        ctx = Context.from_env(self.env, inputs, self.redact)
+        ctx = Context.from_env(self.env, inputs, self.redact, self.root)
         event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
         mode = _mode(inputs.command, ctx.event_name)
+        log.info("event %s, command %s: %s", ctx.event_name, inputs.command, mode)
         if mode in ("comment", "authorize") and isinstance(event, CommentEvent):
             return comment_mode(ctx, event, authorize_only=mode == "authorize")
         if mode == "guard" and isinstance(event, PullRequestEvent):
@@ -186,8 +198,8 @@ class Context:
     root: Path
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], inputs: ActionInputs,
-                 redact: Redactor) -> Context:
+    def from_env(cls, env: Mapping[str, str], inputs: ActionInputs, redact: Redactor,
+                 root: Path | None = None) -> Context:
         def need(name: str) -> str:
             value = env.get(name, "").strip()
             if not value:
@@ -195,7 +207,7 @@ class Context:
                                  "Actions job (or set the GITHUB_* variables as a job would)")
             return value
 
-        root = Path(env.get("GITHUB_WORKSPACE") or ".").resolve()
+        root = (root or Path(env.get("GITHUB_WORKSPACE") or ".")).resolve()
         return cls(env, inputs, redact, need("GITHUB_EVENT_NAME"),
                    Path(need("GITHUB_EVENT_PATH")), need("GITHUB_REPOSITORY"), root)
 
@@ -304,13 +316,14 @@ class _Work:
                       EXIT_OK if ev.ok else EXIT_FAILURE, best_speedup=ev.speedup)
 
     def optimize(self, command: Command, policy: GithubConfig, head: Head,
-                 before_publish: Callable[[], None]) -> Result:
+                 before_publish: Callable[[], None], progress: Callable[[str], None]
+                 ) -> Result:
         # The winner goes to the commented pull request's branch, where its author can
         # take it; a fork's branch is out of reach, so then to the pull request's base.
         github = dataclasses.replace(policy, base=head.base_ref if head.fork else head.ref)
         return optimize_kernel(self.ctx, command.kernel or "",
                                _search_settings(self.ctx.inputs, command), github,
-                               before_publish)
+                               before_publish, progress)
 
 
 # ---- the GPU -----------------------------------------------------------------------------
@@ -369,7 +382,11 @@ def optimize_all(ctx: Context) -> Result:
         raise KfbotError(f"{ctx.root}: no kernel with a reference test to optimize")
     github = ctx.github_config(config.github)
     settings = _search_settings(ctx.inputs)
-    return _combined([optimize_kernel(ctx, spec, settings, github, None) for spec in specs])
+    results = []
+    for spec in specs:
+        with log_group(f"kfbot optimize {spec}", sys.stdout):
+            results.append(optimize_kernel(ctx, spec, settings, github, None))
+    return _combined(results)
 
 
 def _combined(results: list[Result]) -> Result:
@@ -386,13 +403,15 @@ def _combined(results: list[Result]) -> Result:
 
 
 def optimize_kernel(ctx: Context, spec: str, s: SearchSettings, github: GithubConfig,
-                    before_publish: Callable[[], None] | None) -> Result:
-    """Search one kernel on the GPU and publish a verified winner; a plan on a dry run."""
+                    before_publish: Callable[[], None] | None,
+                    status: Callable[[str], None] | None = None) -> Result:
+    """Search one kernel on the GPU and publish a verified winner; a plan on a dry run.
+    `status` hears the best so far every few minutes (a comment command's status)."""
     task = task_for(ctx, spec)
     if ctx.inputs.dry_run:
         return _plan(task, s, bool(ctx.inputs.anthropic_api_key))
     require_gpu(ctx.root, ctx.inputs.gpu)
-    return _search_and_publish(ctx, task, s, github, before_publish)
+    return _search_and_publish(ctx, task, s, github, before_publish, status)
 
 
 def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
@@ -412,14 +431,32 @@ def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
     return Result(f"dry run: the plan for {task.kernel_name}", f"```\n{plan}\n```\n")
 
 
+def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_dir: Path,
+            llm: LlmMutator | None, status: Callable[[str], None] | None) -> OptimizeOutcome:
+    """The search, a line per evaluation in the job's log and, for a comment command,
+    the best so far on its status comment every few minutes."""
+    from kfbot.commands import progress
+    from kfbot.search.executor import EngineExecutor
+    from kfbot.search.runner import optimize
+
+    watchers: list[progress.Progress] = [progress.LogLines(sys.stdout, settings.evaluations)]
+    if status is not None:
+        watchers.append(progress.Every(status, STATUS_EVERY_S, settings.evaluations))
+    shown = progress.Tee(*watchers)
+    executor = progress.Watched(EngineExecutor(engine), shown)
+    try:
+        return optimize(task, engine, settings, run_dir, llm, executor.on_result, executor)
+    finally:
+        shown.close()
+
+
 def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
-                        github: GithubConfig, before_publish: Callable[[], None] | None
-                        ) -> Result:
+                        github: GithubConfig, before_publish: Callable[[], None] | None,
+                        status: Callable[[str], None] | None) -> Result:
     from kfbot.github.publish import PublishSettings, publish, winner_of
     from kfbot.search.budget import Budget, Limits
     from kfbot.search.experience import DEFAULT_PATH, read_lessons
     from kfbot.search.llm import LlmMutator, LlmSettings
-    from kfbot.search.runner import optimize
 
     settings = _optimize_settings(s)
     run_dir = task.root / ".kfbot" / "runs" / f"{task.kernel_name}-{settings.seed}"
@@ -429,7 +466,7 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
             raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
                              f"{base.reason}")
         llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()), ctx.inputs.anthropic_api_key)
-        outcome = optimize(task, engine, settings, run_dir, llm)
+        outcome = _search(task, engine, settings, run_dir, llm, status)
     report = outcome.files["report"].read_text(encoding="utf-8")
     if outcome.best is None:
         return Result(f"{task.kernel_name}: no correct candidate beat the original", report)

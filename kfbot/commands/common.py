@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
+import logging
 from pathlib import Path
 
+from kfbot import extras
+from kfbot.cache import cache_dir
+from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.candidate_files import load_candidate
@@ -14,25 +17,32 @@ from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 
+log = logging.getLogger(__name__)
+
 
 def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kernel", help="kernel name, ns::name or file::name")
-    p.add_argument("--repo", type=Path, default=Path("."), help="repository folder (default .)")
-    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
-    p.add_argument("--candidate", type=Path,
-                   help="a folder of changed files (repository paths), a .patch, or one file")
-    p.add_argument("--gpu", type=int, default=None, help="GPU index (default: the first)")
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_const", const="json", dest="format")
-    fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("kernel", help="kernel name, ns::name or file::name (as `kfbot scan` "
+                                  "lists them)")
+    add_repo_arguments(p)
+    p.add_argument("--candidate", type=Path, metavar="PATH",
+                   help="a folder of changed files (repository paths), a .patch, or one file "
+                        "(default: none, the original alone)")
+    p.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="GPU index (default: the first)")
+    add_format_arguments(p, "print the results as JSON")
 
 
 def kernel_task(args: argparse.Namespace) -> KernelTask:
+    """The task of the kernel named on the command line, once kernels can run here."""
+    extras.require("torch", f"kfbot {args.command}")  # the GPU worker runs this interpreter
     root = args.repo.resolve()
     config = load_config(args.config, root)
     report = scan(root, config)
     kernel = select_kernel(report.kernels, args.kernel)
-    return make_task(kernel, root, config)
+    task = make_task(kernel, root, config)
+    log.info("%s: editable files %s; build %s", task.kernel_id, ", ".join(task.editable_files),
+             task.build.kind if task.build is not None else "none found")
+    return task
 
 
 def candidate_of(args: argparse.Namespace, task: KernelTask) -> Candidate:
@@ -43,11 +53,3 @@ def candidate_of(args: argparse.Namespace, task: KernelTask) -> Candidate:
 
 def make_engine(task: KernelTask, gpu: int | None) -> Engine:
     return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=gpu))
-
-
-def cache_dir() -> Path:
-    """Builds and captured inputs live outside the repository: its tree is never written."""
-    if "KFBOT_CACHE" in os.environ:
-        return Path(os.environ["KFBOT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kfbot"

@@ -4,10 +4,13 @@ comment, the job summary and annotations on the kernels."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot import git
+from kfbot.cache import cache_dir
 from kfbot.changes import (
     BrokenPairing,
     ChangedKernel,
@@ -18,12 +21,13 @@ from kfbot.changes import (
     compare_with_base,
 )
 from kfbot.commands.action import GPU_HINT, Context, problem_annotations, require_gpu
-from kfbot.commands.common import cache_dir
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
-from kfbot.github.action_io import Annotation, Result
+from kfbot.github.action_io import Annotation, Level, Result
 from kfbot.github.events import PullRequestEvent
 from kfbot.github.status import State, StatusReport
 from kfbot.scan.scanner import scan
+
+log = logging.getLogger(__name__)
 
 
 def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
@@ -32,6 +36,8 @@ def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
     report = scan(ctx.root, config)
     fork_point = merge_base(ctx.root, event.base_sha, event.number)
     changed = changed_kernels(ctx.root, fork_point, report=report)
+    log.info("pull request #%d left %s at %s: %d kernels changed", event.number,
+             event.base_ref, fork_point[:7], len(changed))
     broken = broken_pairings(ctx.root, fork_point, report)
     notes = problem_annotations(report, set(changed_paths(ctx.root, fork_point)))
     notes += tuple(Annotation("warning", b.line(event.base_ref), b.kernel.file,
@@ -47,7 +53,8 @@ def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
             require_gpu(ctx.root, ctx.inputs.gpu)
         comparisons = [compare_with_base(ctx.root, event.base_sha, item, ctx.inputs.gpu,
                                          cache_dir(), config) for item in changed]
-        result = _guarded(changed, comparisons, _lost(broken, event.base_ref), notes)
+        result = _guarded(changed, comparisons, _lost(broken, event.base_ref), notes,
+                          Tolerance(ctx.inputs.slowdown_threshold, ctx.inputs.warn_only))
     except KfbotError as exc:
         if exc.exit_code != EXIT_MISSING_TOOL:
             raise
@@ -97,40 +104,64 @@ def _not_guarded(changed: Sequence[ChangedKernel], lost: str, why: str,
                   annotations=(*notes, note))
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """What slowdown the guard lets through (the Action's `slowdown-threshold` and
+    `warn-only` inputs)."""
+
+    threshold: float = 0.0  # an input is slower only beyond this (0.05: 5 %)
+    warn_only: bool = False  # slower kernels are warnings; a rejected one still fails
+
+    def beyond(self) -> str:
+        return f" by more than {self.threshold:.0%}" if self.threshold else ""
+
+
 def _guarded(changed: Sequence[ChangedKernel], comparisons: Sequence[Comparison], lost: str,
-             notes: tuple[Annotation, ...]) -> Result:
-    rows, found, failed = [], list(notes), 0
+             notes: tuple[Annotation, ...], tolerance: Tolerance = Tolerance()) -> Result:
+    rows, found, bad = [], list(notes), {"rejected": 0, "slower": 0}
     for item, comparison in zip(changed, comparisons, strict=True):
-        verdict, note, bad = _verdict(item, comparison)
+        verdict, note, why = _verdict(item, comparison, tolerance)
         rows.append(f"{_kernel_cells(item)} {verdict} |")
         found += [note] if note is not None else []
-        failed += bad
+        if why is not None:
+            bad[why] += 1
     plural = "s" if len(changed) != 1 else ""
-    headline = f"{len(changed)} changed kernel{plural}: " + \
-        (f"{failed} rejected or slower" if failed else "verified, none slower than the base")
+    said = [f"{bad['rejected']} rejected"] if bad["rejected"] else []
+    if bad["slower"]:
+        said.append(f"{bad['slower']} slower than the base{tolerance.beyond()}"
+                    + (" (warn-only)" if tolerance.warn_only else ""))
+    headline = f"{len(changed)} changed kernel{plural}: " + (
+        " and ".join(said) or f"verified, none slower than the base{tolerance.beyond()}")
+    failed = bad["rejected"] or (bad["slower"] and not tolerance.warn_only)
     details = f"{_GUARD_HEAD}\n" + "\n".join(rows) + "\n" + lost
     return Result(headline, details, EXIT_FAILURE if failed else EXIT_OK,
                   annotations=tuple(found))
 
 
-def _verdict(item: ChangedKernel, c: Comparison) -> tuple[str, Annotation | None, bool]:
-    """The table cell, the annotation on the kernel, and whether the guard fails."""
+def _verdict(item: ChangedKernel, c: Comparison, tolerance: Tolerance
+             ) -> tuple[str, Annotation | None, str | None]:
+    """The table cell, the annotation on the kernel, and what is wrong with it, if
+    anything ("rejected" or "slower")."""
     k = item.kernel
     where = (k.file, k.definition.line)
     if c.change is None:
         base = c.base.reason if c.base is not None else "no base version"
         return (f"not compared: the base version fails its reference ({base})",
                 Annotation("warning", f"{k.name}: the base version fails its reference",
-                           *where, "kfbot guard"), False)
+                           *where, "kfbot guard"), None)
     ev = c.change
     if not ev.ok:
         message = f"{k.name}: rejected at {ev.stage}: {ev.reason}"
         return (f"✗ rejected at {ev.stage}: {ev.reason}",
-                Annotation("error", message, *where, "kfbot guard"), True)
-    if c.slower_shapes:
-        shapes = ", ".join(c.slower_shapes)
-        return (f"✓ correct; ✗ slower than the base on {shapes}",
-                Annotation("error", f"{k.name}: slower than the base on {shapes}", *where,
-                           "kfbot guard"), True)
+                Annotation("error", message, *where, "kfbot guard"), "rejected")
+    slower = c.slower_beyond(tolerance.threshold)
+    if slower:
+        shapes = ", ".join(slower)
+        level: Level = "warning" if tolerance.warn_only else "error"
+        mark = "⚠" if tolerance.warn_only else "✗"
+        beyond = tolerance.beyond()
+        return (f"✓ correct; {mark} slower than the base{beyond} on {shapes}",
+                Annotation(level, f"{k.name}: slower than the base{beyond} on {shapes}",
+                           *where, "kfbot guard"), "slower")
     speed = f"; {ev.speedup:.2f}x vs the base ({ev.verdict})" if ev.speedup else ""
-    return f"✓ correct{speed}", None, False
+    return f"✓ correct{speed}", None, None

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kfbot import extras
+from kfbot.cache import cache_dir
 from kfbot.changes import (
     ChangedKernel,
     Comparison,
@@ -33,7 +36,7 @@ from kfbot.changes import (
     given_paths,
     is_kernel_source,
 )
-from kfbot.commands.common import cache_dir
+from kfbot.commands.options import add_repo_arguments, percent_argument
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.evaluation import Evaluation
@@ -41,6 +44,8 @@ from kfbot.scan.scanner import scan
 
 # Set by pre-commit for pre-push hooks: the commit the remote had before the push.
 FROM_REF_ENV = "PRE_COMMIT_FROM_REF"
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,16 +55,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                         "time them against the base revision (GPU)")
     v.add_argument("files", nargs="*", type=Path,
                    help="changed files (default: every file changed since --base)")
-    v.add_argument("--repo", type=Path, default=Path("."),
-                   help="repository (or project) folder (default: .)")
-    v.add_argument("--base", default=None,
+    add_repo_arguments(v)
+    v.add_argument("--base", default=None, metavar="REV",
                    help=f"revision to compare with (default: ${FROM_REF_ENV} when pre-commit "
                         "runs it at pre-push, else HEAD)")
-    v.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
-    v.add_argument("--gpu", type=int, default=None, help="GPU index (default: the first)")
+    v.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="GPU index (default: the first)")
     v.add_argument("--fail-on-slower", action="store_true",
                    help="fail when a kernel got significantly slower on some input "
                         "(default: warn only)")
+    v.add_argument("--slowdown-threshold", type=percent_argument, default=0.0, metavar="PCT",
+                   help="count an input as slower only when it is significantly slower by "
+                        "more than this, e.g. 5%% (default: 0%%, any significant slowdown)")
     v.add_argument("--require-gpu", action="store_true",
                    help="exit 3 when there is no GPU, torch or nvcc (default: skip, exit 0)")
     v.set_defaults(run=run)
@@ -72,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     paths = [p for p in paths if is_kernel_source(p)]
     config = load_config(args.config, root)
     changed = changed_kernels(root, base, paths, scan(root, config)) if paths else []
+    log.info("against %s: %d kernel sources changed, %d kernels touched", base, len(paths),
+             len(changed))
     if not changed:
         print("kfbot hook verify: no kernel changed: nothing to verify")
         return EXIT_OK
@@ -92,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                 return _skipped(str(exc), changed, args.require_gpu)
             print(f"{name}: not verified: {exc}")
             continue
-        failed |= report(name, comparison, base, args.fail_on_slower)
+        failed |= report(name, comparison, base, args.fail_on_slower, args.slowdown_threshold)
     return EXIT_FAILURE if failed else EXIT_OK
 
 
@@ -100,7 +109,7 @@ def missing_gpu() -> str | None:
     """Why kernels cannot run here, found without starting anything; None when they may.
     The engine's own probe (a worker with torch) has the last word."""
     if importlib.util.find_spec("torch") is None:
-        return f"torch is not installed for {sys.executable}"
+        return f"torch is not installed for {sys.executable} ({extras.install_line('gpu')})"
     if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
         return "no NVIDIA driver on this machine"
     from kfbot.evaluate.build import find_toolkit
@@ -124,7 +133,8 @@ def _name(item: ChangedKernel) -> str:
     return item.kernel.definition.qualified_name
 
 
-def report(name: str, comparison: Comparison, base: str, fail_on_slower: bool) -> bool:
+def report(name: str, comparison: Comparison, base: str, fail_on_slower: bool,
+           threshold: float = 0.0) -> bool:
     """Print what the comparison of the op of kernels `name` found; True when the hook
     should fail for it."""
     change = comparison.change
@@ -136,11 +146,12 @@ def report(name: str, comparison: Comparison, base: str, fail_on_slower: bool) -
             print(f"  {d.file or '?'}:{d.line or 0}: {d.message}")
         return True
     print(f"{name}: {_summary(change, base)}")
-    slower = comparison.slower_shapes
+    slower = comparison.slower_beyond(threshold)
     if slower:
         mark = "FAILED" if fail_on_slower else "WARNING"
-        print(f"{name}: {mark}: significantly slower than at {base} on {len(slower)} of "
-              f"{len(change.timings)} inputs:")
+        beyond = f" by more than {threshold:.0%}" if threshold else ""
+        print(f"{name}: {mark}: significantly slower than at {base}{beyond} on {len(slower)} "
+              f"of {len(change.timings)} inputs:")
         for t in change.timings:
             if t.input in slower:
                 s = t.speedup

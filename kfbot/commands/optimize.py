@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
 import secrets
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
-from kfbot import credentials
-from kfbot.commands.common import cache_dir
+from kfbot import credentials, extras
+from kfbot.cache import cache_dir
+from kfbot.commands import progress
+from kfbot.commands.options import add_repo_arguments, duration_argument
+from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import Engine, EngineSettings
@@ -22,11 +24,10 @@ from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
-from kfbot.search.budget import Budget, Limits, parse_duration
+from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
-from kfbot.search.llm import NO_KEY_NOTICE, LlmMutator, LlmSettings
+from kfbot.search.llm import LlmMutator, LlmSettings, off_because
 from kfbot.search.runner import (
     GpuFacts,
     OptimizeOutcome,
@@ -35,21 +36,32 @@ from kfbot.search.runner import (
     optimize,
 )
 
+log = logging.getLogger(__name__)
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("optimize", help="search for a faster, verified version of a kernel")
-    p.add_argument("kernel", nargs="?", help="kernel name (default: every kernel with a "
-                   "reference test, one after another)")
-    p.add_argument("--repo", type=Path, default=Path("."), help="repository folder (default .)")
-    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
-    p.add_argument("--budget-evals", type=int, default=64, metavar="N")
-    p.add_argument("--time", type=_duration, default=None, metavar="DURATION",
-                   help="wall-clock limit, e.g. 30m or 1h30m")
-    p.add_argument("--islands", type=int, default=4)
-    p.add_argument("--seed", type=int, default=None, help="default: a random seed, printed")
-    p.add_argument("--resume", metavar="RUN_ID", help="continue a killed run")
-    p.add_argument("--no-llm", action="store_true", help="params and rules mutators only")
-    p.add_argument("--gpu", type=int, default=None, help="one GPU (same as --gpus N)")
+    p = sub.add_parser("optimize", help="search for a faster, verified version of a kernel",
+                       description="Search for a faster version of a kernel that passes its "
+                                   "reference and the anti-cheating checks (GPU).")
+    p.add_argument("kernel", nargs="?", help="kernel name, ns::name or file::name (default: "
+                   "every kernel with a reference test, one after another)")
+    add_repo_arguments(p)
+    p.add_argument("--budget", type=int, default=64, metavar="N",
+                   help="evaluations per kernel (`budget` in the Action and in comments)")
+    p.add_argument("--time", type=duration_argument, default=None, metavar="DURATION",
+                   help="wall-clock limit per kernel, with a unit: 90s, 30m, 1h30m "
+                        "(default: none)")
+    p.add_argument("--islands", type=int, default=4, metavar="N",
+                   help="populations that evolve apart and exchange their best")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="seed of the search's random choices (default: a random one, printed)")
+    p.add_argument("--resume", metavar="RUN_ID",
+                   help="continue a killed run from .kfbot/runs/RUN_ID (default: a new run)")
+    p.add_argument("--no-llm", action="store_true",
+                   help="params and rules mutators only (default: the LLM mutator too, when "
+                        "ANTHROPIC_API_KEY is set)")
+    p.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="one GPU (the same as --gpus N; default: see --gpus)")
     p.add_argument("--gpus", metavar="LIST", help="GPU indices to use, e.g. 0,2 "
                    "(default: every visible GPU, one evaluation worker each)")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -66,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      help="push branch kfbot/<kernel> and open or update its pull request")
     pub.add_argument("--repo-slug", metavar="OWNER/NAME",
                      help="the GitHub repository (default: from the remote's URL)")
-    pub.add_argument("--remote", default="origin", help="git remote to push to (default origin)")
+    pub.add_argument("--remote", default="origin", metavar="NAME", help="git remote to push to")
     pub.add_argument("--draft", action="store_true", default=None,
                      help="open the pull request as a draft (default: github.draft)")
     pub.add_argument("--publish-dry-run", type=Path, metavar="DIR",
@@ -75,8 +87,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.budget_evals < 1 or args.islands < 1:
-        raise KfbotError("--budget-evals and --islands must be at least 1")
+    if args.budget < 1 or args.islands < 1:
+        raise KfbotError("--budget and --islands must be at least 1")
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
@@ -86,28 +98,31 @@ def run(args: argparse.Namespace) -> int:
     if not chosen:
         raise KfbotError(f"{root}: no kernel with a reference test to optimize")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    settings = OptimizeSettings(islands=args.islands, seed=seed, evaluations=args.budget_evals,
+    settings = OptimizeSettings(islands=args.islands, seed=seed, evaluations=args.budget,
                                 seconds=args.time)
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:
         task = make_task(kernel, root, config)
-        worst = max(worst, _one(task, settings, args, console, gpus))
+        with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
+            worst = max(worst, _one(task, settings, args, console, gpus))
     return worst
 
 
 def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
          console: Console, gpus: list[int]) -> int:
     llm_state = "off (--no-llm)" if args.no_llm else \
-        ("on" if _has_key() else NO_KEY_NOTICE.removeprefix("llm mutator off: "))
+        (off_because(_key()) or "on").removeprefix("llm mutator off: ")
     for line in make_plan(task, settings, llm_state).lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     if args.dry_run:
         return EXIT_OK
     run_id = args.resume or f"{task.kernel_name}-{settings.seed}"
     run_dir = task.root / ".kfbot" / "runs" / run_id
+    log.info("%s: run folder %s, executor %s, GPUs %s", task.kernel_id, run_dir,
+             args.executor, gpus or "none visible")
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
-    search = functools.partial(_search, task, settings, run_dir, llm, console)
+    search = functools.partial(search_with_progress, task, settings, run_dir, llm, console)
     engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)
     if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
         from kfbot.search.ray_executor import RayExecutor
@@ -118,12 +133,18 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
             _require_baseline(task, facts.baseline)
             outcome = search(facts, ray)
     else:
+        extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
         with Engine(task, engine_settings) as engine:
             engine.probe()  # no GPU: say so now, after the plan
             _require_baseline(task, engine.baseline())
             executor = _executor(task, engine, gpus)
             with contextlib.closing(executor):
                 outcome = search(engine, executor)
+    return _finish(task, outcome, run_dir, settings, args, console)
+
+
+def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
+            settings: OptimizeSettings, args: argparse.Namespace, console: Console) -> int:
     best = outcome.best
     console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
     if best is None:
@@ -153,17 +174,17 @@ def _require_baseline(task: KernelTask, base: Evaluation) -> None:
                          "then held to")
 
 
-def _search(task: KernelTask, settings: OptimizeSettings, run_dir: Path,
-            llm: LlmMutator | None, console: Console, gpu: GpuFacts,
-            executor: Executor) -> OptimizeOutcome:
-    """The search with its live view, one row per island."""
-    view = _View(settings.islands)
-    with Live(view.table(), console=console, refresh_per_second=4) as live:
-        def shown(ind: Individual) -> None:
-            view.add(ind)
-            live.update(view.table())
-
-        return optimize(task, gpu, settings, run_dir, llm, shown, executor)
+def search_with_progress(task: KernelTask, settings: OptimizeSettings, run_dir: Path,
+                         llm: LlmMutator | None, console: Console, gpu: GpuFacts,
+                         executor: Executor) -> OptimizeOutcome:
+    """The search, shown as it goes: the live table on a terminal, else a line per
+    evaluation and a heartbeat (see kfbot.commands.progress)."""
+    shown = progress.for_stream(sys.stdout, settings.islands, settings.evaluations, console)
+    watched = progress.Watched(executor, shown)
+    try:
+        return optimize(task, gpu, settings, run_dir, llm, watched.on_result, watched)
+    finally:
+        shown.close()
 
 
 def _gpus(args: argparse.Namespace) -> list[int]:
@@ -191,43 +212,5 @@ def _executor(task: KernelTask, engine: Engine, gpus: list[int]) -> Executor:
     return LocalGpuExecutor(gpus, engines_per_gpu(task, engine.settings, first=engine))
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _has_key() -> bool:
-    return bool((credentials.original("ANTHROPIC_API_KEY") or "").strip())
-
-
-@dataclass
-class _Row:
-    evaluations: int = 0
-    best: float = 1.0
-    failed: dict[str, int] = field(default_factory=dict)
-
-
-class _View:
-    """Per island: evaluations, best speedup, failures by stage."""
-
-    def __init__(self, islands: int) -> None:
-        self.rows = {i: _Row() for i in range(islands)}
-
-    def add(self, ind: Individual) -> None:
-        row = self.rows[ind.island]
-        row.evaluations += 1
-        if ind.fitness is not None:
-            row.best = max(row.best, ind.fitness)
-        else:
-            row.failed[ind.stage] = row.failed.get(ind.stage, 0) + 1
-
-    def table(self) -> Table:
-        table = Table(title="kfbot optimize")
-        for col in ("island", "evaluations", "best speedup", "failures by stage"):
-            table.add_column(col)
-        for i, row in self.rows.items():
-            failed = ", ".join(f"{k} {v}" for k, v in sorted(row.failed.items())) or "-"
-            table.add_row(str(i), str(row.evaluations), f"{row.best:.3f}x", failed)
-        return table
+def _key() -> str:
+    return (credentials.original("ANTHROPIC_API_KEY") or "").strip()

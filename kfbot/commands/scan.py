@@ -1,54 +1,75 @@
-"""`kfbot scan [PATH]`: list every kernel, how it is built, reached and tested."""
+"""`kfbot scan [--repo DIR]`: list every kernel, how it is built, reached and tested."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
+import time
 from pathlib import Path
 
+from kfbot.cache import cache_dir
+from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
 from kfbot.config import Config, load_config
-from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.scan.explain import explain
+from kfbot.scan.facts_cache import warm
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import json_text, print_table, to_markdown
 from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
 
+log = logging.getLogger(__name__)
+
 # rich is imported only where a table or a progress bar is drawn: a scan piped to a
 # file or another program draws neither, and need not pay for importing it.
 
 PROGRESS_MIN_FILES = 500
+# The facts cache's folder under the kfbot cache: the pre-commit hook's, so that each
+# reads back what the other parsed.
+FACTS = "scan-facts"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("scan", help="find CUDA kernels, their builds, bindings and tests")
-    p.add_argument("path", nargs="?", default=".", help="repository folder (default: .)")
-    p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
-    p.add_argument("--kernel", action="append", default=[],
-                   help="show only this kernel (name, ns::name or file::name); repeatable")
+    p = sub.add_parser("scan", help="find CUDA kernels, their builds, bindings and tests",
+                       description="List every CUDA kernel of a repository: where it is "
+                                   "defined and launched, how Python reaches it, how it is "
+                                   "built, its tunables and its PyTorch reference tests.")
+    p.add_argument("path", nargs="?", type=Path, metavar="PATH",
+                   help="the same as --repo, which every command takes")
+    add_repo_argument(p, default=None, help="the repository folder (default: .)")
+    add_config_argument(p)
+    p.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                   help="show only this kernel (name, ns::name or file::name); repeatable "
+                        "(default: every kernel)")
+    add_format_arguments(p, "print the JSON report (schema: kfbot/schemas/scan-v1.json)")
     p.add_argument("--explain", metavar="KERNEL",
                    help="print how the scan reached this kernel from its tests (each link with "
                         "file:line), or the first link it could not follow and why")
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_const", const="json", dest="format",
-                     help="print the JSON report (schema: kfbot/schemas/scan-v1.json)")
-    fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes (default: one per core; one when the facts cache "
+                        "holds this scan code's facts)")
     p.add_argument("--no-cache", action="store_true",
-                   help="read every file again rather than reuse the facts of files unchanged "
-                        "since the last scan (kept under $KFBOT_CACHE/scan or ~/.cache/kfbot)")
+                   help="read every file again rather than reuse the facts kept by content "
+                        "under the kfbot cache ($KFBOT_CACHE, else ~/.cache/kfbot)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    root = Path(args.path)
+    root = _root(args.path, args.repo)
     config = load_config(args.config, root)
     # The report is a million small objects that live until the command ends: the
     # cyclic collector would only walk them again and again while it is written.
     with paused_gc():
-        report = _scan_with_progress(root, config, args.jobs, cache=not args.no_cache)
+        started = time.perf_counter()
+        facts = None if args.no_cache else cache_dir() / FACTS
+        jobs = args.jobs or (1 if facts is not None and warm(facts) else None)
+        report = _scan_with_progress(root, config, jobs, facts)
+        log.info("scanned %d files of %s in %.2f s: %d kernels, %d problems",
+                 report.files_scanned, report.root, time.perf_counter() - started,
+                 len(report.kernels), len(report.problems))
         if args.explain:
             sys.stdout.write(explain(report, select_kernel(report.kernels, args.explain)))
             return EXIT_OK
@@ -63,8 +84,15 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _root(path: Path | None, repo: Path | None) -> Path:
+    """`kfbot scan PATH` is `kfbot scan --repo PATH`; given both, they must agree."""
+    if path is not None and repo is not None and path.resolve() != repo.resolve():
+        raise KfbotError(f"two repositories given: {path} and --repo {repo}; give one")
+    return path or repo or Path(".")
+
+
 def _scan_with_progress(root: Path, config: Config, jobs: int | None,
-                        cache: bool) -> ScanReport:
+                        cache: Path | None) -> ScanReport:
     if not sys.stderr.isatty():
         return scan(root, config, jobs=jobs, cache=cache)
     from rich.console import Console

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from kfbot.errors import KfbotError
-from kfbot.search.budget import parse_duration
+from kfbot.search.budget import parse_duration, parse_percent
 
 COMMANDS = ("auto", "optimize", "scan", "guard", "authorize")
 
@@ -41,6 +41,8 @@ class ActionInputs:
     min_speedup: float | None = None  # None: the config's github.min_speedup
     gpu: int | None = None
     head_sha: str = ""  # the pull request head an authorize job approved
+    slowdown_threshold: float = 0.0  # guard: an input counts as slower beyond this (0.05)
+    warn_only: bool = False  # guard: slowdowns are warnings, the step passes
 
 
 def _text(value: str) -> str:
@@ -116,6 +118,8 @@ INPUTS: dict[str, tuple[str, Callable[[str], object]]] = {
     "min-speedup": ("min_speedup", _speedup),
     "gpu": ("gpu", _gpu_index),
     "head-sha": ("head_sha", _sha),
+    "slowdown-threshold": ("slowdown_threshold", parse_percent),
+    "warn-only": ("warn_only", _boolean),
 }
 # Inputs the composite action's shell steps use before kfbot runs (the interpreter
 # that installs and starts it); kfbot itself never reads them.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from kfbot.github.markers import find_status_marker
 from kfbot.github.status import State, StatusComment, StatusReport
 from kfbot.search.budget import parse_duration
 from kfbot.text import shown
+
+log = logging.getLogger(__name__)
 
 PREFIX = "/kfbot"
 Name = Literal["optimize", "scan", "bench", "help"]
@@ -180,8 +183,10 @@ class Work(Protocol):
         """The kernel benchmarked at the checkout (GPU)."""
 
     def optimize(self, command: Command, policy: GithubConfig, head: Head,
-                 before_publish: Callable[[], None]) -> Result:
-        """The search (GPU) on `head`; `before_publish` raises if the pull request moved."""
+                 before_publish: Callable[[], None], progress: Callable[[str], None]
+                 ) -> Result:
+        """The search (GPU) on `head`; `before_publish` raises if the pull request moved;
+        `progress` puts a line on the status comment (every few minutes, not more)."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +288,17 @@ class _CommentRun:
         if command.name == "bench":
             return self.work.bench(command)
         return self.work.optimize(command, policy, head,
-                                  lambda: check_head(self.repo, head, self.s.retry))
+                                  lambda: check_head(self.repo, head, self.s.retry),
+                                  self._progress)
+
+    def _progress(self, line: str) -> None:
+        """The search's progress on the status comment. A failed edit is logged and the
+        search goes on: the result is posted at the end, or said in the job's summary."""
+        self.report.headline = f"searching: {line}"
+        try:
+            self._show()
+        except GitHubError as exc:
+            log.warning("the status comment was not updated: %s", exc)
 
     def _finish(self, result: Result, state: State) -> Result:
         self.report.state = state

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kfbot import __version__
+from kfbot.listing import record_lines, table_fits
 from kfbot.scan.forked import Forked
 from kfbot.scan.json_text import ACCELERATED, JsonText, dumps_indented
 from kfbot.scan.model import Kernel, Problem, ReferenceTest, ScanReport
@@ -137,23 +138,49 @@ def _plain(value: Any) -> Any:
 # --- people ---------------------------------------------------------------------------
 
 
+_COLUMNS = ("kernel", "defined at", "launched from", "python", "build", "tunables",
+            "reference")
+
+
 def print_table(report: ScanReport, console: Console) -> None:
+    """A table; a list where a table would break a name (see kfbot.listing)."""
     from rich.table import Table
     from rich.text import Text
 
     # Names and paths come from the repository: shown as plain text, never as markup or
     # terminal control sequences.
-    table = Table(title=Text(f"{len(report.kernels)} kernels in {printable(report.root)}"),
-                  show_lines=True)
-    for col in ("kernel", "defined at", "launched from", "python", "build", "tunables",
-                "reference"):
-        table.add_column(col, overflow="fold")
-    for k in report.kernels:
-        cells = (_kernel_cell(k), f"{k.file}:{k.definition.line}", _launch_cell(k),
-                 _binding_cell(k), _build_cell(k), _tunable_cell(k), _reference_cell(k))
-        table.add_row(*(Text(printable(cell)) for cell in cells))
-    console.print(table)
+    title = f"{len(report.kernels)} kernels in {printable(report.root)}"
+    rows = [tuple(printable(c) for c in _cells(k)) for k in report.kernels]
+    if not table_fits(_COLUMNS, rows, console.width):
+        _print_list(title, rows, console)
+    else:
+        table = Table(title=Text(title), show_lines=True)
+        for col in _COLUMNS:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
     _print_footer(report, console)
+
+
+def _cells(k: Kernel) -> tuple[str, ...]:
+    return (_kernel_cell(k), f"{k.file}:{k.definition.line}", _launch_cell(k),
+            _binding_cell(k), _build_cell(k), _tunable_cell(k), _reference_cell(k))
+
+
+def _print_list(title: str, rows: list[tuple[str, ...]], console: Console) -> None:
+    from rich.text import Text
+
+    console.print(Text(title, style="bold"), soft_wrap=True)
+    for row in rows:
+        head, *rest = row[0].splitlines()
+        fields = [*(("", line) for line in rest), *zip(_COLUMNS[1:], row[1:], strict=True)]
+        lines = record_lines(head, fields, console.width)
+        console.print()
+        console.print(Text(lines[0], style="bold"), soft_wrap=True)
+        for line in lines[1:]:
+            console.print(Text(line), soft_wrap=True)
+    console.print()
 
 
 def _print_footer(report: ScanReport, console: Console) -> None:

@@ -16,9 +16,9 @@ from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.assemble import assemble
 from kfbot.scan.build_toml import read_build_toml
-from kfbot.scan.cache import FactsCache, StatKey
 from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
-from kfbot.scan.files import Inventory, SourceFile, collect
+from kfbot.scan.facts_cache import FileResult, cached_extract
+from kfbot.scan.files import Inventory, SourceFile, collect, source_kind
 from kfbot.scan.link import Linker
 from kfbot.scan.model import CudaFileFacts, Problem, PyFileFacts, ScanReport
 from kfbot.scan.pairing import summarised
@@ -31,23 +31,17 @@ PARALLEL_THRESHOLD = 200
 BATCH = 64
 
 Progress = Callable[[int, int], None]
-FileResult = tuple[list[CudaFileFacts], list[PyFileFacts], list[Problem]]
 
 
 def scan(root: Path, config: Config, progress: Progress | None = None,
-         jobs: int | None = None, cache: bool = False) -> ScanReport:
-    """The scan of the repository at `root`. With `cache`, the facts of files unchanged
-    since the last cached scan are reused (see `cache`)."""
+         jobs: int | None = None, cache: Path | None = None) -> ScanReport:
+    """The scan of the repository at `root`; with `cache`, a folder where each file's
+    facts are kept by its content (kfbot.scan.facts_cache), for scans run often."""
     root = _check_root(root)
     with paused_gc():
-        facts_cache = FactsCache(root) if cache else None
-        with _Extraction(root, jobs or os.cpu_count() or 1, facts_cache) as extraction:
+        with _Extraction(root, jobs or os.cpu_count() or 1, cache) as extraction:
             inventory = collect(root, config.scan, on_file=extraction.add)
-            if facts_cache is not None:
-                facts_cache.use_files(f.rel for f in inventory.files)
             cuda, python, problems = extraction.results(progress)
-        if facts_cache is not None:
-            facts_cache.save()
         return _report(root, config, inventory, cuda, python, problems)
 
 
@@ -93,7 +87,7 @@ def _check_root(root: Path) -> Path:
     return root.resolve()
 
 
-Batch = tuple[str, list[SourceFile]]
+Batch = tuple[str, list[SourceFile], str | None]  # root, files, the facts cache
 
 
 class _Extraction:
@@ -102,17 +96,15 @@ class _Extraction:
     A small repository is read in this process once the walk is done. Once the walk has
     found enough files to pay for it, a pool of worker processes starts and is handed
     each batch as soon as it is full, so that the pool's start-up and the rest of the
-    walk overlap with reading. A file whose facts the cache holds is not read at all.
+    walk overlap with reading.
     """
 
-    def __init__(self, root: Path, jobs: int, cache: FactsCache | None = None) -> None:
+    def __init__(self, root: Path, jobs: int, cache: Path | None = None) -> None:
         self.root = str(root)
         self.jobs = jobs
-        self.cache = cache
+        self.cache = str(cache) if cache is not None else None
         self.found = 0
-        self.hits: dict[int, FileResult] = {}  # walk position -> cached facts
         self.filling: list[SourceFile] = []
-        self.positions: list[tuple[int, SourceFile, StatKey | None]] = []  # read files
         self.waiting: list[list[SourceFile]] = []  # full batches no pool has been handed
         self.sent: list[tuple[AsyncResult[list[FileResult]], int]] = []
         self.pool: multiprocessing.pool.Pool | None = None
@@ -124,14 +116,8 @@ class _Extraction:
         self.close()
 
     def add(self, source: SourceFile) -> None:
-        position = self.found
-        self.found += 1
-        key, hit = self.cache.lookup(source) if self.cache is not None else (None, None)
-        if hit is not None:
-            self.hits[position] = hit
-            return
-        self.positions.append((position, source, key))
         self.filling.append(source)
+        self.found += 1
         if len(self.filling) >= BATCH:
             self._flush()
 
@@ -139,27 +125,19 @@ class _Extraction:
                                                           list[PyFileFacts], list[Problem]]:
         """Every file's facts, in walk order (so the report is the same however it was split)."""
         self._flush()
-        found = dict(self.hits)
-        read = iter(self.positions)
-        done = len(self.hits)
+        cuda: list[CudaFileFacts] = []
+        python: list[PyFileFacts] = []
+        problems: list[Problem] = []
+        done = 0
         for batch_result, count in self._batch_results():
-            for result in batch_result:
-                position, source, key = next(read)
-                found[position] = result
-                if self.cache is not None:
-                    self.cache.add(source.rel, key, result)
+            for c, p, probs in batch_result:
+                cuda += c
+                python += p
+                problems += probs
             done += count
             if progress is not None:
                 progress(done, self.found)
         self.close()
-        cuda: list[CudaFileFacts] = []
-        python: list[PyFileFacts] = []
-        problems: list[Problem] = []
-        for position in range(self.found):
-            c, p, probs = found[position]
-            cuda += c
-            python += p
-            problems += probs
         return cuda, python, problems
 
     def close(self) -> None:
@@ -175,7 +153,7 @@ class _Extraction:
             self.pool = _start_pool(self.jobs)
         if self.pool is not None:
             for files in self.waiting:
-                task = self.pool.apply_async(_extract_batch, ((self.root, files),))
+                task = self.pool.apply_async(_extract_batch, ((self.root, files, self.cache),))
                 self.sent.append((task, len(files)))
             self.waiting = []
 
@@ -183,7 +161,7 @@ class _Extraction:
         for task, count in self.sent:
             yield task.get(), count
         for files in self.waiting:  # only when no pool was started
-            yield _extract_batch((self.root, files)), len(files)
+            yield _extract_batch((self.root, files, self.cache)), len(files)
 
 
 def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
@@ -197,8 +175,8 @@ def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
 
 
 def _extract_batch(batch: Batch) -> list[FileResult]:
-    root = Path(batch[0])
-    return [extract_file(root, f) for f in batch[1]]
+    root, cache = Path(batch[0]), Path(batch[2]) if batch[2] is not None else None
+    return [extract_file(root, f, cache) for f in batch[1]]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -207,16 +185,36 @@ def _exists(root: Path, rel: str) -> bool:
     return (root / rel).exists()
 
 
-def extract_file(root: Path, source: SourceFile) -> FileResult:
+def extract_file(root: Path, source: SourceFile, cache: Path | None = None) -> FileResult:
     """Facts from one file; a file that cannot be read becomes a Problem, never an error."""
     data, problem = _read(source)
     if data is None:
         return [], [], [problem] if problem else []
+    return _extracted(root, source, data, cache)
+
+
+def file_facts(root: Path, rel: str, data: bytes, cache: Path | None = None) -> FileResult:
+    """The facts of `data` read as the file `rel` under `root`: for a version of a file
+    that is not on disk (as it was at a commit)."""
+    kind = source_kind(rel)
+    if kind is None or not data.strip() or b"\0" in data[:8192]:
+        return [], [], []
+    return _extracted(root, SourceFile(rel, root / rel, kind), data, cache)
+
+
+def _extracted(root: Path, source: SourceFile, data: bytes, cache: Path | None) -> FileResult:
+    extract = functools.partial(_facts, source, data)
+    if cache is not None:
+        return cached_extract(root, source, data, cache, extract)
+    return extract(lambda rel: _exists(root, rel))
+
+
+def _facts(source: SourceFile, data: bytes, exists: Callable[[str], bool]) -> FileResult:
     if source.kind == "cuda":
         return [extract_cuda_facts(source.rel, data)], [], []
     if source.kind == "build":  # its build comes with the Python facts' builds
         return [], [read_build_toml(source.rel, data)], []
-    facts = extract_python_facts(source.rel, data, lambda rel: _exists(root, rel))
+    facts = extract_python_facts(source.rel, data, exists)
     inline = [extract_cuda_facts(source.rel, s.text.encode(), s.line_offset)
               for s in facts.inline_sources if s.text]
     return inline, [facts], []

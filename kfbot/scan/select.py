@@ -9,6 +9,8 @@ from kfbot.errors import KfbotError
 from kfbot.scan.model import Kernel
 from kfbot.text import shown
 
+LISTED = 20  # kernel names an unknown name's error lists before it says how many more
+
 
 def find_kernels(kernels: Sequence[Kernel], spec: str) -> list[Kernel]:
     """Every kernel the spec names; more than one means the spec is ambiguous."""
@@ -50,4 +52,7 @@ def _suggestions(kernels: Sequence[Kernel], spec: str) -> str:
         return "; close matches: " + ", ".join(close)
     if not kernels:
         return "; the scan found no kernels"
-    return f"; {len(kernels)} kernels were found (run `kfbot scan` to list them)"
+    known = sorted({k.definition.qualified_name for k in kernels})
+    more = f" and {len(known) - LISTED} more (`kfbot scan` lists them)" \
+        if len(known) > LISTED else ""
+    return f"; the kernels are: {', '.join(known[:LISTED])}{more}"

@@ -95,6 +95,26 @@ def _missing_lines(root: Node, limit: int) -> list[int]:
     return out
 
 
+def syntax_errors(tree: ts.Tree, limit: int = 20) -> list[tuple[int, int, str]]:
+    """The first `limit` places the grammar could not parse, in source order, each as
+    (first line, last line, what is wrong): a MISSING token the parser had to assume,
+    or an ERROR node it had to skip."""
+    found: list[tuple[int, int, str]] = []
+    stack = [tree.root_node]
+    while stack and len(found) < limit:
+        node = stack.pop()
+        if node.is_missing:
+            found.append((line(node), line(node), f"missing `{node.type}`"))
+        elif node.type == "ERROR":
+            words = " ".join(text(node).split())
+            shown = words if len(words) <= 40 else words[:39] + "…"
+            found.append((line(node), int(node.end_point[0]) + 1,
+                          f"cannot parse `{shown}`" if shown else "cannot parse this"))
+        elif node.has_error:
+            stack.extend(reversed(node.children))
+    return sorted(found)
+
+
 def pattern_matches(pattern: str, node: Node) -> list[tuple[int, dict[str, Node]]]:
     """Each match of a query of any number of patterns as (pattern index, {capture: node})."""
     cursor = ts.QueryCursor(query(pattern))

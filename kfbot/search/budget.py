@@ -69,7 +69,8 @@ class Budget:
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '30m', '2h', '1h30m' or a bare number of seconds -> seconds."""
+    """'90s', '30m', '2h' or '1h30m' -> seconds. A bare number is refused: `30` could as
+    well mean minutes as seconds, and a budget read the wrong way is hours of GPU time."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0}
     total, number = 0.0, ""
     for ch in text.strip().lower():
@@ -81,7 +82,22 @@ def parse_duration(text: str) -> float:
         else:
             raise ValueError(f"not a duration: {text!r} (try 90s, 30m, 2h or 1h30m)")
     if number:
-        total += float(number)
+        raise ValueError(f"not a duration: {text!r} needs a unit (try {number}s or {number}m)")
     if total <= 0:
         raise ValueError(f"not a duration: {text!r} (try 90s, 30m, 2h or 1h30m)")
     return total
+
+
+def parse_percent(text: str) -> float:
+    """'5%' -> 0.05. The sign is required, as a duration's unit is: `5` could be read
+    as 5 % or as 500 %."""
+    number = text.strip().removesuffix("%")
+    if number == text.strip():
+        raise ValueError(f"not a percentage: {text!r} needs a % sign (try {text.strip()}%)")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"not a percentage: {text!r} (try 5%)") from None
+    if not 0 <= value < 1000:
+        raise ValueError(f"not a percentage from 0% to 1000%: {text!r}")
+    return value / 100

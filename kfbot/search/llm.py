@@ -15,6 +15,7 @@ so a flaky network cannot stop the search.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 import sys
@@ -22,17 +23,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-import anthropic
-from anthropic.types import Message, MessageParam, TextBlockParam
-
-from kfbot import credentials
+from kfbot import credentials, extras
 from kfbot.datafiles import Id, Text, load_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.search.budget import Budget
 from kfbot.search.edits import FORMAT_HELP, EditError, apply_edits, parse_edits
+
+# anthropic takes seconds to import: only a mutator that will call it imports it.
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message, MessageParam, TextBlockParam
 
 Diagnosis = Literal["memory-bound", "compute-bound", "latency-bound", "reduction-heavy",
                     "under-utilised", "unknown"]
@@ -40,6 +43,8 @@ DIAGNOSES: tuple[str, ...] = get_args(Diagnosis)
 PERSONAS_FILE = "personas.yaml"
 NO_KEY_NOTICE = ("llm mutator off: ANTHROPIC_API_KEY is not set; "
                  "params and rules mutators still run")
+NO_SDK_NOTICE = ("llm mutator off: the anthropic package is not installed "
+                 f"({extras.install_line('llm')}); params and rules mutators still run")
 RATIONALE_CHARS = 300
 # Prompt-caching prices relative to the base input price (Anthropic's published ratios).
 CACHE_WRITE_FACTOR = 1.25
@@ -143,8 +148,11 @@ class LlmProposal:
 class LlmMutator:
     def __init__(self, settings: LlmSettings, budget: Budget, api_key: str | None = None,
                  client: anthropic.Anthropic | None = None) -> None:
+        import anthropic
+
         self.settings = settings
         self.budget = budget
+        self.api_error = anthropic.APIError
         self.client = client if client is not None else anthropic.Anthropic(
             api_key=api_key, base_url=settings.base_url, max_retries=settings.max_retries,
             timeout=settings.timeout_s)
@@ -153,10 +161,11 @@ class LlmMutator:
     def from_env(cls, settings: LlmSettings, budget: Budget,
                  key: str | None = None) -> LlmMutator | None:
         """A mutator using `key`, else ANTHROPIC_API_KEY as kfbot was started with; None
-        (after one notice on stderr) without either."""
+        (after one notice on stderr) without either, or without the anthropic package."""
         key = (key or credentials.original("ANTHROPIC_API_KEY") or "").strip()
-        if not key:
-            print(NO_KEY_NOTICE, file=sys.stderr)
+        off = off_because(key)
+        if off is not None:
+            print(off, file=sys.stderr)
             return None
         return cls(settings, budget, api_key=key)
 
@@ -174,7 +183,7 @@ class LlmMutator:
             # sampling parameters and answers 400 to any of them (LlmSettings.temperature).
             message = self.client.messages.create(
                 model=s.model, max_tokens=s.max_tokens, system=system, messages=messages)
-        except anthropic.APIError as e:
+        except self.api_error as e:
             return LlmProposal(None, f"llm error: {type(e).__name__}: {_short_error(e)}")
         usage = self._charge(message)
         answer = "\n".join(block.text for block in message.content if block.type == "text")
@@ -200,6 +209,13 @@ class LlmMutator:
         return usage
 
 
+def off_because(key: str) -> str | None:
+    """Why the LLM mutator cannot run with this key (blank: none given), or None."""
+    if importlib.util.find_spec("anthropic") is None:
+        return NO_SDK_NOTICE
+    return None if key.strip() else NO_KEY_NOTICE
+
+
 def cost_usd(usage: Usage, usd_per_mtok_in: float, usd_per_mtok_out: float) -> float:
     """Dollars for a call: cache writes cost 1.25x and cache reads 0.1x the input price."""
     input_equivalent = (usage.input_tokens
@@ -215,8 +231,9 @@ def _short_error(e: anthropic.APIError) -> str:
         inner = body.get("error")
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
             message = f"{inner.get('type', 'error')}: {inner['message']}"
-    if isinstance(e, anthropic.APIStatusError):
-        message = f"HTTP {e.status_code} {message}"
+    status = getattr(e, "status_code", None)  # an APIStatusError: the server answered
+    if status is not None:
+        message = f"HTTP {status} {message}"
     text = " ".join(str(message).split())
     return text if len(text) <= 200 else text[:199] + "…"
 
