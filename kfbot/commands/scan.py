@@ -17,7 +17,7 @@ from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.scan.explain import explain
 from kfbot.scan.facts_cache import warm
 from kfbot.scan.model import ScanReport
-from kfbot.scan.render import json_text, print_table, to_markdown
+from kfbot.scan.render import print_table, to_markdown, write_json
 from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
 
@@ -110,8 +110,8 @@ def _scan_with_progress(root: Path, config: Config, jobs: int | None,
 
 def _emit(report: ScanReport, fmt: str) -> None:
     if fmt == "json":
-        # One string, one write: json.dump with indent writes in thousands of small pieces.
-        sys.stdout.write(json_text(report) + "\n")
+        write_json(report, sys.stdout)
+        sys.stdout.write("\n")
     elif fmt == "markdown":
         sys.stdout.write(to_markdown(report))
     else:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kfbot import __version__
 from kfbot.listing import record_lines, table_fits
@@ -23,6 +24,11 @@ SCHEMA_VERSION = 1
 FORK_KERNELS = 1000
 # Kernels sit two levels down, in the report's list of kernels: what comes between two.
 _KERNEL_SEPARATOR = ",\n  "
+# Where the kernels go in the report's text: JSON text never holds a NUL (its strings
+# escape it), so splitting there finds the one place.
+_KERNELS_MARK = JsonText("\0")
+# A record in one of a kernel's lists: the report, its kernels, a kernel, its list.
+_RECORD_DEPTH = 4
 
 
 def to_json(report: ScanReport) -> dict[str, Any]:
@@ -40,31 +46,61 @@ def to_json(report: ScanReport) -> dict[str, Any]:
 
 
 def json_text(report: ScanReport) -> str:
-    """The JSON report as `json.dumps(to_json(report), indent=1)` writes it, faster.
+    """The JSON report as `json.dumps(to_json(report), indent=1)` writes it."""
+    out = io.StringIO()
+    write_json(report, out)
+    return out.getvalue()
 
-    The kernels are most of the text; in a large report a forked child writes the
-    second half of them while this process writes the first.
+
+def write_json(report: ScanReport, out: TextIO) -> None:
+    """Write the JSON report to `out` as `json.dumps(to_json(report), indent=1)` writes
+    it, faster.
+
+    The kernels are most of the text: each is written as it is made, never joined into
+    one string with the rest (a large report is tens of megabytes, and each copy of it
+    costs a page fault per 4 KiB). In a large report a forked child writes the second
+    half of them while this process writes the first.
     """
     if not ACCELERATED:
-        return json.dumps(to_json(report), indent=1)
+        out.write(json.dumps(to_json(report), indent=1))
+        return
+    head = to_json(dataclasses.replace(report, kernels=()))
     kernels = report.kernels
+    if not kernels:
+        out.write(dumps_indented(head, indent=1))
+        return
+    head["kernels"] = [_KERNELS_MARK]
+    before, after = dumps_indented(head, indent=1).split(_KERNELS_MARK)
+    out.write(before)
     if len(kernels) < FORK_KERNELS:
-        text = _kernels_text(kernels)
+        _write_kernels(kernels, out)
     else:
         half = len(kernels) // 2
         with Forked(lambda: _kernels_text(kernels[half:])) as rest:
-            text = _kernels_text(kernels[:half]) + _KERNEL_SEPARATOR + rest.result()
-    head = to_json(dataclasses.replace(report, kernels=()))
-    head["kernels"] = [JsonText(text)] if kernels else []
-    return dumps_indented(head, indent=1)
+            _write_kernels(kernels[:half], out)
+            out.write(_KERNEL_SEPARATOR)
+            out.write(rest.result())
+    out.write(after)
+
+
+def _write_kernels(kernels: tuple[Kernel, ...], out: TextIO) -> None:
+    shared: dict[int, JsonText] = {}
+    for i, k in enumerate(kernels):
+        if i:
+            out.write(_KERNEL_SEPARATOR)
+        out.write(dumps_indented(kernel_json(k, shared), indent=1, depth=2))
 
 
 def _kernels_text(kernels: tuple[Kernel, ...]) -> str:
-    return _KERNEL_SEPARATOR.join(dumps_indented(kernel_json(k), indent=1, depth=2)
-                                  for k in kernels)
+    out = io.StringIO()
+    _write_kernels(kernels, out)
+    return out.getvalue()
 
 
-def kernel_json(k: Kernel) -> dict[str, Any]:
+def kernel_json(k: Kernel, shared: dict[int, JsonText] | None = None) -> dict[str, Any]:
+    """A kernel's JSON form. With `shared` (only where json_text.ACCELERATED), builds and
+    tunables are written once per record and their text kept there by the record's
+    identity: the kernels of one extension share its build, with every source listed."""
     d = k.definition
     return {
         "id": k.id,
@@ -83,13 +119,26 @@ def kernel_json(k: Kernel) -> dict[str, Any]:
         "preprocessor": list(d.preprocessor),
         "launch_sites": [_launch_json(s) for s in k.launch_sites],
         "bindings": [_record(b) for b in k.bindings],
-        "builds": [_record(b) for b in k.builds],
-        "tunables": [_record(t) for t in k.tunables],
+        "builds": _records(k.builds, shared),
+        "tunables": _records(k.tunables, shared),
         "references": [_reference_json(r) for r in k.references],
         "dispatch": [_record(x) for x in k.dispatch],
         "editable_files": list(k.editable_files),
         "unpaired": list(k.unpaired),
     }
+
+
+def _records(records: tuple[Any, ...], shared: dict[int, JsonText] | None) -> list[Any]:
+    if shared is None:
+        return [_record(r) for r in records]
+    out: list[Any] = []
+    for r in records:  # each alive for as long as `shared`: an identity names one record
+        text = shared.get(id(r))
+        if text is None:
+            text = shared[id(r)] = JsonText(dumps_indented(_record(r), indent=1,
+                                                           depth=_RECORD_DEPTH))
+        out.append(text)
+    return out
 
 
 def _reference_json(ref: ReferenceTest) -> dict[str, Any]:
