@@ -1,6 +1,6 @@
 """`kfbot scan` keeps each file's facts in the kfbot cache, the folder the pre-commit
 hook reads, and prints the same report from them; `--no-cache` neither reads nor
-writes it."""
+writes it. Without the cache, nothing of one scan is kept for the next."""
 
 from __future__ import annotations
 
@@ -10,8 +10,19 @@ from pathlib import Path
 import pytest
 
 from kfbot.cli import main
+from kfbot.config import Config
+from kfbot.scan.scanner import scan
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pkg_chain"
+KERNEL = """\
+__global__ void scale_kernel(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }
+void scale(float* x, int n) { scale_kernel<<<1, 128>>>(x, n); }
+"""
+OPS = """\
+from torch.utils.cpp_extension import load
+
+ext = load(name="scale_ext", sources=["scale.cu"])
+"""
 
 
 def _scan(capsys: pytest.CaptureFixture[str], root: Path, *extra: str) -> str:
@@ -44,3 +55,20 @@ def test_the_cli_scan_reads_back_the_facts_it_kept(
     changed = _scan(capsys, root)
     assert "gelu_forward_kernel" in changed and changed == _scan(capsys, root, "--no-cache")
     assert len(_entries(facts)) == len(written) + 1  # only the changed file was parsed
+
+
+def test_a_later_scan_in_the_same_process_sees_files_added_since(tmp_path: Path) -> None:
+    """Which files exist is asked once per scan, not once per process: a long-lived
+    process (the Action, a test session) scans a tree again after it changed."""
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "scale.cu").write_text(KERNEL)
+    (root / "pkg" / "ops.py").write_text(OPS)
+
+    def sources() -> set[str]:
+        report = scan(root, Config())
+        return {s for k in report.kernels for b in k.builds for s in b.sources}
+
+    assert sources() == {"scale.cu"}  # not next to ops.py: found at the root
+    (root / "pkg" / "scale.cu").write_text(KERNEL)
+    assert sources() == {"pkg/scale.cu"}
