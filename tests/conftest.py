@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -19,3 +21,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _scratch_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What the commands under test cache (`kfbot scan`'s facts, builds) goes to a scratch
+    folder, not the cache of the person running the tests."""
+    if "KFBOT_CACHE" not in os.environ:
+        os.environ["KFBOT_CACHE"] = str(tmp_path_factory.mktemp("kfbot-cache"))

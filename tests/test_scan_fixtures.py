@@ -170,10 +170,15 @@ def test_templated_headers(capsys: pytest.CaptureFixture[str]) -> None:
     assert fwd["builds"][0]["include_dirs"] == ["include"]
     assert tunables(fwd) == {("kScaleThreads", "256", "constexpr", ()),
                              ("VEC", "1", "template_arg", ("1", "4"))}
+    # test_scale_autograd reaches both through `scale` -> Scale.apply: forward through
+    # its output, backward through x.grad.
     assert references(fwd) == [
         ("tests/test_scale.py", 22, "test_scale_forward", "x * alpha"),
-        ("tests/test_scale.py", 35, "test_scale_forward_on_side_stream", "x * alpha")]
-    assert references(bwd) == [("tests/test_scale.py", 43, "test_scale_backward", "grad * alpha")]
+        ("tests/test_scale.py", 35, "test_scale_forward_on_side_stream", "x * alpha"),
+        ("tests/test_scale.py", 54, "test_scale_autograd", "x.detach() * 1.5")]
+    assert references(bwd) == [("tests/test_scale.py", 43, "test_scale_backward", "grad * alpha"),
+                               ("tests/test_scale.py", 55, "test_scale_autograd", "grad * 1.5")]
+    assert [r["backward"] for r in bwd["references"]] == [False, True]
     assert fwd["editable_files"] == ["csrc/scale_forward.cu", "include/scale.cuh"]
 
 
@@ -257,3 +262,152 @@ def test_hostile_files_are_reported_and_the_scan_goes_on(
     assert problems[("broken.cu", "warning")]["line"] == 6
     assert problems[("bad_syntax.py", "warning")]["line"] == 7
     assert "binary" in problems[("junk.cu", "warning")]["message"]
+
+
+# --- the real-world layouts ---------------------------------------------------------------
+
+
+def _reference_files(k: Report) -> list[str]:
+    return sorted({r["file"] for r in k["references"]})
+
+
+def test_pkg_chain_follows_wrappers_across_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("pkg_chain", capsys)
+    fwd = ks["csrc/gelu.cu::fusedact::gelu_fwd_kernel"]
+    bwd = ks["csrc/gelu.cu::fusedact::gelu_bwd_kernel"]
+    swiglu = ks["csrc/swiglu.cu::fusedact::swiglu_kernel"]
+    assert bindings(fwd) == [("pybind11", "fusedact._C", "gelu_fwd")]
+    assert [(r["file"], r["line"], r["test"], r["backward"]) for r in fwd["references"]] == [
+        ("tests/test_gelu.py", 15, "test_fused_gelu_matches_torch", False),
+        ("tests/test_gelu_tanh.py", 14, "test_gelu_tanh_partial", False),
+        ("tests/test_gelu_tanh.py", 24, "test_gelu_module", False),
+        ("tests/test_gelu_tanh.py", 25, "test_gelu_module", False)]
+    assert [(r["line"], r["backward"]) for r in bwd["references"]] == [(26, True)]
+    assert [(r["file"], r["line"]) for r in swiglu["references"]] == [
+        ("tests/test_swiglu.py", 23), ("tests/test_swiglu.py", 30)]
+    first = fwd["references"][0]
+    assert first["helper"] == "check (tests/conftest.py:11)"
+    assert first["chain"] == [
+        "test tests/test_gelu.py:15: test_fused_gelu_matches_torch calls fused_gelu",
+        "python fusedact/functional.py:10: fusedact.functional.fused_gelu",
+        "python fusedact/_autograd.py:10: fusedact._autograd.GeluFunction.forward",
+        "binding csrc/bindings.cpp:48: fusedact._C.gelu_fwd -> gelu_forward",
+        "host csrc/bindings.cpp:17: gelu_forward calls fusedact::launch_gelu_fwd",
+        "launch csrc/gelu.cu:49: fusedact::launch_gelu_fwd launches gelu_fwd_kernel",
+        "kernel csrc/gelu.cu:13: fusedact::gelu_fwd_kernel"]
+    assert swiglu["references"][1]["chain"][1] == \
+        "python fusedact/layers.py:21: fusedact.layers.GatedActivation.swiglu"
+    (build,) = fwd["builds"]
+    assert (build["kind"], build["name"], build["extension_class"]) == (
+        "setup_py", "fusedact._C", "CUDAExtension")
+    assert build["sources"] == ["csrc/bindings.cpp", "csrc/gelu.cu", "csrc/swiglu.cu"]
+    assert build["extra_cuda_cflags"] == [
+        "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__", "-gencode", "arch=compute_80,code=sm_80",
+        "-gencode", "arch=compute_90,code=sm_90"]
+    (why,) = build["cannot_tell"]
+    assert why.startswith("setup.py:29: `Ext = CUDAExtension if with_cuda else CppExtension`")
+
+
+def test_torch_ops_multi_pairs_each_kernel_with_its_own_op(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("torch_ops_multi", capsys)
+    assert len(ks) == 10
+    for k in ks.values():
+        (op,) = {b["name"] for b in k["bindings"]}
+        assert _reference_files(k) == [f"tests/test_{op}.py"], k["id"]
+    clamp = ks["csrc/clamp.cu::clamp_cluster_kernel"]
+    assert (clamp["attributes"], clamp["preprocessor"]) == (
+        ["__cluster_dims__(2, 1, 1)"], ["#if KFOPS_USE_CLUSTERS"])
+    assert ks["csrc/clamp.cu::kfops_clamp_kernel"]["extern_c"]
+    warp = ks["csrc/rowmax.cu::kfops::rowmax::rowmax_warp_kernel"]
+    assert warp["attributes"] == ["__maxnreg__(64)"]
+    (dispatch,) = warp["dispatch"]
+    assert (dispatch["op"], dispatch["conditions"], dispatch["by"]) == (
+        "kfops.rowmax", ["case at::kFloat of switch (xc.scalar_type())"], ["dtype"])
+    naive = ks["csrc/softplus.cu::kfops::softplus::softplus_naive_kernel"]
+    (choice,) = naive["dispatch"]
+    assert (choice["conditions"], choice["arguments"], choice["by"]) == (
+        ["if (algo == 0)"], ["algo"], ["argument"])
+    (site,) = naive["launch_sites"]
+    assert (site["line"], site["macro"]) == (30, "KFOPS_LAUNCH_1D (csrc/launch.cuh:9)")
+    rms = ks["csrc/rmsnorm.cu::kfops::rmsnorm::rmsnorm_kernel"]
+    assert rms["params"][0]["type"] == "const __grid_constant__ RowParams"
+    assert [(b["module"], b["dispatch_key"], b["reaches"]) for b in rms["bindings"]] == [
+        ("kfops", None, []), ("kfops", "CUDA", ["kfops::rmsnorm::launch"])]
+    assert [(b["line"], b["dispatch_key"]) for b in
+            ks["csrc/softplus.cu::kfops::softplus::softplus_kernel"]["bindings"]] == [
+        (59, None), (60, "CUDA")]
+
+
+def test_script_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("script_reference", capsys)
+    (swish,) = ks["csrc/activations.cu::swish_kernel"]["references"]
+    (mish,) = ks["csrc/activations.cu::mish_kernel"]["references"]
+    assert (swish["file"], swish["kind"], swish["mismatch_signal"], swish["reference"]) == (
+        "main.py", "script", "exit_status", "swish_ref")
+    assert (mish["file"], mish["comparison"], mish["mismatch_signal"]) == (
+        "bench.py", "print", "printed")
+    assert mish["confidence"] < swish["confidence"] and "compares by printing" in mish["why"]
+    for k in ks.values():
+        assert [(b["kind"], b["name"]) for b in k["builds"]] == [
+            ("load", "script_act"), ("load", "script_act")]
+        assert k["builds"][0]["sources"] == ["csrc/activations.cpp", "csrc/activations.cu"]
+
+
+def test_kernel_builder_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("kernel_builder", capsys)
+    assert sorted(ks) == ["kb_norm/fused_add_rms_norm.cu::kb_norm::fused_add_rms_norm_kernel",
+                          "kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
+    for k in ks.values():
+        (op,) = {b["name"] for b in k["bindings"]}
+        assert {b["module"] for b in k["bindings"]} == {"kb_norm"}
+        assert [(b["kind"], b["name"], b["package_dir"]) for b in k["builds"]] == [
+            ("kernel_builder", "kb_norm", "torch-ext/kb_norm")]
+        assert _reference_files(k) == [f"tests/test_{op}.py"]
+    rms = ks["kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
+    assert [r["line"] for r in rms["references"]] == [18, 27]
+    layer = rms["references"][1]
+    assert layer["chain"][:2] == [
+        "test tests/test_rms_norm.py:27: test_rms_norm_layer calls layer",
+        "python torch-ext/kb_norm/layers.py:13: kb_norm.layers.RMSNorm.forward"]
+
+
+# The pairs the scan found on the first fixtures before it followed chains across
+# modules (kfbot at 2379904): every one must still be found, and with no kernel lost.
+BEFORE = {
+    "example": [("csrc/matmul.cu::matmul_kernel", "tests/test_ops.py:21"),
+                ("csrc/softmax.cu::softmax_kernel", "tests/test_ops.py:13"),
+                ("csrc/vector_add.cu::saxpy_kernel", "tests/test_ops.py:30")],
+    "inline_softmax": [("softmax_inline.py::softmax_kernel", "tests/test_softmax.py:19"),
+                       ("softmax_inline.py::softmax_kernel", "tests/test_softmax.py:26")],
+    "load_elementwise": [("csrc/gelu_kernel.cu::gelu_kernel", "tests/test_gelu.py:17")],
+    "setup_rowsum": [("rowsum_kernel.cu::rowsum_kernel", "tests/test_rowsum.py:16")],
+    "torch_library_layernorm": [("csrc/layernorm.cu::layernorm_kernel",
+                                 "tests/test_layernorm.py:23")],
+    "templated_headers": [("include/scale.cuh::bwd::scale_kernel", "tests/test_scale.py:43"),
+                          ("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:22"),
+                          ("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:35")],
+    "tunables_matmul": [("csrc/matmul.cu::add_bias_kernel", "tests/test_matmul.py:31"),
+                        ("csrc/matmul.cu::matmul_tiled", "tests/test_matmul.py:22"),
+                        ("csrc/matmul.cu::matmul_tiled", "tests/test_matmul.py:31")],
+    "bench_reference": [("csrc/relu.cu::relu_kernel", "bench.py:51")],
+    "no_reference": [],
+    "declared_task": [("csrc/square.cu::square_kernel", "kfbot.yaml:5"),
+                      ("csrc/square.cu::square_kernel", "tests/test_square.py:15")],
+}
+KERNELS_BEFORE = {"example": 3, "templated_headers": 2, "tunables_matmul": 2}
+
+
+@pytest.mark.parametrize("fixture", sorted(BEFORE))
+def test_pairing_of_the_first_fixtures_is_unchanged_or_better(
+        fixture: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ks = report(fixture, capsys)["kernels"]
+    now = {(k["id"], f"{r['file']}:{r['line']}") for k in ks for r in k["references"]}
+    assert set(BEFORE[fixture]) <= now
+    assert len(ks) >= KERNELS_BEFORE.get(fixture, 1)
+    added = now - set(BEFORE[fixture])
+    # The only pairs gained are the autograd test's: one per kernel it reaches.
+    assert added == ({("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:54"),
+                      ("include/scale.cuh::bwd::scale_kernel", "tests/test_scale.py:55")}
+                     if fixture == "templated_headers" else set())

@@ -10,11 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from kfbot.cache import cache_dir
 from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
+from kfbot.scan.explain import explain
+from kfbot.scan.facts_cache import warm
 from kfbot.scan.model import ScanReport
-from kfbot.scan.render import json_text, print_table, to_markdown
+from kfbot.scan.render import print_table, to_markdown, write_json
 from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
 
@@ -24,6 +27,9 @@ log = logging.getLogger(__name__)
 # file or another program draws neither, and need not pay for importing it.
 
 PROGRESS_MIN_FILES = 500
+# The facts cache's folder under the kfbot cache: the pre-commit hook's, so that each
+# reads back what the other parsed.
+FACTS = "scan-facts"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,8 +45,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="show only this kernel (name, ns::name or file::name); repeatable "
                         "(default: every kernel)")
     add_format_arguments(p, "print the JSON report (schema: kfbot/schemas/scan-v1.json)")
+    p.add_argument("--explain", metavar="KERNEL",
+                   help="print how the scan reached this kernel from its tests (each link with "
+                        "file:line), or the first link it could not follow and why")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="worker processes (default: one per core)")
+                   help="worker processes (default: one per core; one when the facts cache "
+                        "holds this scan code's facts)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every file again rather than reuse the facts kept by content "
+                        "under the kfbot cache ($KFBOT_CACHE, else ~/.cache/kfbot)")
     p.set_defaults(run=run)
 
 
@@ -51,10 +64,15 @@ def run(args: argparse.Namespace) -> int:
     # cyclic collector would only walk them again and again while it is written.
     with paused_gc():
         started = time.perf_counter()
-        report = _scan_with_progress(root, config, args.jobs)
+        facts = None if args.no_cache else cache_dir() / FACTS
+        jobs = args.jobs or (1 if facts is not None and warm(facts) else None)
+        report = _scan_with_progress(root, config, jobs, facts)
         log.info("scanned %d files of %s in %.2f s: %d kernels, %d problems",
                  report.files_scanned, report.root, time.perf_counter() - started,
                  len(report.kernels), len(report.problems))
+        if args.explain:
+            sys.stdout.write(explain(report, select_kernel(report.kernels, args.explain)))
+            return EXIT_OK
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
             report = dataclasses.replace(report, kernels=tuple(chosen))
@@ -73,9 +91,10 @@ def _root(path: Path | None, repo: Path | None) -> Path:
     return path or repo or Path(".")
 
 
-def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanReport:
+def _scan_with_progress(root: Path, config: Config, jobs: int | None,
+                        cache: Path | None) -> ScanReport:
     if not sys.stderr.isatty():
-        return scan(root, config, jobs=jobs)
+        return scan(root, config, jobs=jobs, cache=cache)
     from rich.console import Console
     from rich.progress import Progress
 
@@ -86,13 +105,13 @@ def _scan_with_progress(root: Path, config: Config, jobs: int | None) -> ScanRep
             if total >= PROGRESS_MIN_FILES:
                 bar.update(task, completed=done, total=total)
 
-        return scan(root, config, progress=tick, jobs=jobs)
+        return scan(root, config, progress=tick, jobs=jobs, cache=cache)
 
 
 def _emit(report: ScanReport, fmt: str) -> None:
     if fmt == "json":
-        # One string, one write: json.dump with indent writes in thousands of small pieces.
-        sys.stdout.write(json_text(report) + "\n")
+        write_json(report, sys.stdout)
+        sys.stdout.write("\n")
     elif fmt == "markdown":
         sys.stdout.write(to_markdown(report))
     else:

@@ -57,23 +57,23 @@ def warm(folder: Path) -> bool:
     return (folder / code_digest()).is_dir()
 
 
-def cached_extract(root: Path, source: SourceFile, data: bytes, folder: Path,
-                   extract: Extract) -> FileResult:
+def cached_extract(source: SourceFile, data: bytes, folder: Path, extract: Extract,
+                   exists: Callable[[str], bool]) -> FileResult:
     """`extract(exists)`'s result for the file `source`, whose bytes are `data`: from
-    `folder` when an earlier scan left it there."""
+    `folder` when an earlier scan left it there and `exists` still answers as it did."""
     key = hashlib.sha256(source.rel.encode() + b"\0" + data).hexdigest()
     path = folder / code_digest() / key[:2] / key
     entry = _load(path)
-    if entry is not None and all((root / rel).exists() == was for rel, was in entry.exists):
+    if entry is not None and all(exists(rel) == was for rel, was in entry.exists):
         return entry.result
     asked: dict[str, bool] = {}
 
-    def exists(rel: str) -> bool:
+    def recorded(rel: str) -> bool:
         if rel not in asked:
-            asked[rel] = (root / rel).exists()
+            asked[rel] = exists(rel)
         return asked[rel]
 
-    result = extract(exists)
+    result = extract(recorded)
     _store(path, _Entry(result, tuple(sorted(asked.items()))))
     return result
 

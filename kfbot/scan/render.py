@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kfbot import __version__
 from kfbot.listing import record_lines, table_fits
 from kfbot.scan.forked import Forked
 from kfbot.scan.json_text import ACCELERATED, JsonText, dumps_indented
-from kfbot.scan.model import Kernel, Problem, ScanReport
+from kfbot.scan.model import Kernel, Problem, ReferenceTest, ScanReport
 from kfbot.text import printable
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn: JSON output does without it
@@ -23,6 +24,11 @@ SCHEMA_VERSION = 1
 FORK_KERNELS = 1000
 # Kernels sit two levels down, in the report's list of kernels: what comes between two.
 _KERNEL_SEPARATOR = ",\n  "
+# Where the kernels go in the report's text: JSON text never holds a NUL (its strings
+# escape it), so splitting there finds the one place.
+_KERNELS_MARK = JsonText("\0")
+# A record in one of a kernel's lists: the report, its kernels, a kernel, its list.
+_RECORD_DEPTH = 4
 
 
 def to_json(report: ScanReport) -> dict[str, Any]:
@@ -35,35 +41,66 @@ def to_json(report: ScanReport) -> dict[str, Any]:
         "skipped_dirs": list(report.skipped_dirs),
         "kernels": [kernel_json(k) for k in report.kernels],
         "problems": [_record(p) for p in report.problems],
+        "unfollowed": list(report.unfollowed),
     }
 
 
 def json_text(report: ScanReport) -> str:
-    """The JSON report as `json.dumps(to_json(report), indent=1)` writes it, faster.
+    """The JSON report as `json.dumps(to_json(report), indent=1)` writes it."""
+    out = io.StringIO()
+    write_json(report, out)
+    return out.getvalue()
 
-    The kernels are most of the text; in a large report a forked child writes the
-    second half of them while this process writes the first.
+
+def write_json(report: ScanReport, out: TextIO) -> None:
+    """Write the JSON report to `out` as `json.dumps(to_json(report), indent=1)` writes
+    it, faster.
+
+    The kernels are most of the text: each is written as it is made, never joined into
+    one string with the rest (a large report is tens of megabytes, and each copy of it
+    costs a page fault per 4 KiB). In a large report a forked child writes the second
+    half of them while this process writes the first.
     """
     if not ACCELERATED:
-        return json.dumps(to_json(report), indent=1)
+        out.write(json.dumps(to_json(report), indent=1))
+        return
+    head = to_json(dataclasses.replace(report, kernels=()))
     kernels = report.kernels
+    if not kernels:
+        out.write(dumps_indented(head, indent=1))
+        return
+    head["kernels"] = [_KERNELS_MARK]
+    before, after = dumps_indented(head, indent=1).split(_KERNELS_MARK)
+    out.write(before)
     if len(kernels) < FORK_KERNELS:
-        text = _kernels_text(kernels)
+        _write_kernels(kernels, out)
     else:
         half = len(kernels) // 2
         with Forked(lambda: _kernels_text(kernels[half:])) as rest:
-            text = _kernels_text(kernels[:half]) + _KERNEL_SEPARATOR + rest.result()
-    head = to_json(dataclasses.replace(report, kernels=()))
-    head["kernels"] = [JsonText(text)] if kernels else []
-    return dumps_indented(head, indent=1)
+            _write_kernels(kernels[:half], out)
+            out.write(_KERNEL_SEPARATOR)
+            out.write(rest.result())
+    out.write(after)
+
+
+def _write_kernels(kernels: tuple[Kernel, ...], out: TextIO) -> None:
+    shared: dict[int, JsonText] = {}
+    for i, k in enumerate(kernels):
+        if i:
+            out.write(_KERNEL_SEPARATOR)
+        out.write(dumps_indented(kernel_json(k, shared), indent=1, depth=2))
 
 
 def _kernels_text(kernels: tuple[Kernel, ...]) -> str:
-    return _KERNEL_SEPARATOR.join(dumps_indented(kernel_json(k), indent=1, depth=2)
-                                  for k in kernels)
+    out = io.StringIO()
+    _write_kernels(kernels, out)
+    return out.getvalue()
 
 
-def kernel_json(k: Kernel) -> dict[str, Any]:
+def kernel_json(k: Kernel, shared: dict[int, JsonText] | None = None) -> dict[str, Any]:
+    """A kernel's JSON form. With `shared` (only where json_text.ACCELERATED), builds and
+    tunables are written once per record and their text kept there by the record's
+    identity: the kernels of one extension share its build, with every source listed."""
     d = k.definition
     return {
         "id": k.id,
@@ -77,13 +114,39 @@ def kernel_json(k: Kernel) -> dict[str, Any]:
         "template_params": [_record(t) for t in d.template_params],
         "params": [_record(p) for p in d.params],
         "launch_bounds": list(d.launch_bounds) if d.launch_bounds is not None else None,
+        "attributes": list(d.attributes),
+        "extern_c": d.extern_c,
+        "preprocessor": list(d.preprocessor),
         "launch_sites": [_launch_json(s) for s in k.launch_sites],
         "bindings": [_record(b) for b in k.bindings],
-        "builds": [_record(b) for b in k.builds],
-        "tunables": [_record(t) for t in k.tunables],
-        "references": [_record(r) for r in k.references],
+        "builds": _records(k.builds, shared),
+        "tunables": _records(k.tunables, shared),
+        "references": [_reference_json(r) for r in k.references],
+        "dispatch": [_record(x) for x in k.dispatch],
         "editable_files": list(k.editable_files),
+        "unpaired": list(k.unpaired),
     }
+
+
+def _records(records: tuple[Any, ...], shared: dict[int, JsonText] | None) -> list[Any]:
+    if shared is None:
+        return [_record(r) for r in records]
+    out: list[Any] = []
+    for r in records:  # each alive for as long as `shared`: an identity names one record
+        text = shared.get(id(r))
+        if text is None:
+            text = shared[id(r)] = JsonText(dumps_indented(_record(r), indent=1,
+                                                           depth=_RECORD_DEPTH))
+        out.append(text)
+    return out
+
+
+def _reference_json(ref: ReferenceTest) -> dict[str, Any]:
+    out = _record(ref)
+    # One string per link, "kind file:line: what": a report holds tens of thousands of
+    # links, and a list of strings is written by one call of the JSON encoder.
+    out["chain"] = [f"{s.kind} {s.file}:{s.line}: {s.name}" for s in ref.chain]
+    return out
 
 
 def _launch_json(site: Any) -> dict[str, Any]:
@@ -177,6 +240,9 @@ def _print_footer(report: ScanReport, console: Console) -> None:
         console.print(Text(f"skipped generated build folder {printable(d)}/", style="dim"))
     for p in report.problems:
         console.print(Text(printable(_problem_text(p)), style=_colour(p)), highlight=False)
+    if report.unfollowed:
+        console.print(f"{len(report.unfollowed)} calls from tests into the repository's code "
+                      "reached no op; `kfbot scan --explain KERNEL` shows where they stop")
 
 
 def _colour(p: Problem) -> str:

@@ -15,11 +15,13 @@ from pathlib import Path
 from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.assemble import assemble
+from kfbot.scan.build_toml import read_build_toml
 from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
 from kfbot.scan.facts_cache import FileResult, cached_extract
 from kfbot.scan.files import Inventory, SourceFile, collect, source_kind
 from kfbot.scan.link import Linker
 from kfbot.scan.model import CudaFileFacts, Problem, PyFileFacts, ScanReport
+from kfbot.scan.pairing import summarised
 from kfbot.scan.python_facts import extract_python_facts
 from kfbot.scan.tasks import apply_tasks
 
@@ -46,7 +48,7 @@ def scan(root: Path, config: Config, progress: Progress | None = None,
 def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFileFacts],
             python: list[PyFileFacts], problems: list[Problem]) -> ScanReport:
     """Link the facts into kernels, and list them and every problem in a stable order."""
-    linker = Linker(cuda, python)
+    linker = Linker(cuda, python, inventory=tuple(f.rel for f in inventory.files))
     kernels = apply_tasks(assemble(linker), config)
     kernels.sort(key=lambda k: (k.file, k.definition.line, k.name))
     all_problems = [*inventory.problems, *problems, *linker.problems,
@@ -54,7 +56,8 @@ def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFil
                     *(p for f in python for p in f.problems)]
     all_problems.sort(key=lambda p: (p.file, p.line or 0))
     return ScanReport(root=str(root), kernels=tuple(kernels), problems=tuple(all_problems),
-                      files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs)
+                      files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs,
+                      unfollowed=tuple(summarised(linker.unfollowed)))
 
 
 @contextlib.contextmanager
@@ -157,8 +160,10 @@ class _Extraction:
     def _batch_results(self) -> Iterable[tuple[list[FileResult], int]]:
         for task, count in self.sent:
             yield task.get(), count
+        root, cache = Path(self.root), Path(self.cache) if self.cache is not None else None
+        exists = Exists(root)  # one for all the batches read in this process
         for files in self.waiting:  # only when no pool was started
-            yield _extract_batch((self.root, files, self.cache)), len(files)
+            yield [extract_file(root, f, cache, exists) for f in files], len(files)
 
 
 def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
@@ -173,21 +178,33 @@ def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
 
 def _extract_batch(batch: Batch) -> list[FileResult]:
     root, cache = Path(batch[0]), Path(batch[2]) if batch[2] is not None else None
-    return [extract_file(root, f, cache) for f in batch[1]]
+    exists = Exists(root)
+    return [extract_file(root, f, cache, exists) for f in batch[1]]
 
 
-@functools.lru_cache(maxsize=65536)
-def _exists(root: Path, rel: str) -> bool:
-    """Build recipes in many files name the same sources; ask the file system once."""
-    return (root / rel).exists()
+class Exists:
+    """Whether a path under `root` exists, asked of the file system once per path: build
+    recipes in many files name the same sources, and each cached entry asks again
+    whether the files it depended on exist. For one scan: the answers are kept."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(root)
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, rel: str) -> bool:
+        found = self.known.get(rel)
+        if found is None:
+            found = self.known[rel] = os.path.exists(os.path.join(self.root, rel))
+        return found
 
 
-def extract_file(root: Path, source: SourceFile, cache: Path | None = None) -> FileResult:
+def extract_file(root: Path, source: SourceFile, cache: Path | None = None,
+                 exists: Exists | None = None) -> FileResult:
     """Facts from one file; a file that cannot be read becomes a Problem, never an error."""
     data, problem = _read(source)
     if data is None:
         return [], [], [problem] if problem else []
-    return _extracted(root, source, data, cache)
+    return _extracted(root, source, data, cache, exists or Exists(root))
 
 
 def file_facts(root: Path, rel: str, data: bytes, cache: Path | None = None) -> FileResult:
@@ -196,19 +213,22 @@ def file_facts(root: Path, rel: str, data: bytes, cache: Path | None = None) -> 
     kind = source_kind(rel)
     if kind is None or not data.strip() or b"\0" in data[:8192]:
         return [], [], []
-    return _extracted(root, SourceFile(rel, root / rel, kind), data, cache)
+    return _extracted(root, SourceFile(rel, root / rel, kind), data, cache, Exists(root))
 
 
-def _extracted(root: Path, source: SourceFile, data: bytes, cache: Path | None) -> FileResult:
+def _extracted(root: Path, source: SourceFile, data: bytes, cache: Path | None,
+               exists: Exists) -> FileResult:
     extract = functools.partial(_facts, source, data)
     if cache is not None:
-        return cached_extract(root, source, data, cache, extract)
-    return extract(lambda rel: _exists(root, rel))
+        return cached_extract(source, data, cache, extract, exists)
+    return extract(exists)
 
 
 def _facts(source: SourceFile, data: bytes, exists: Callable[[str], bool]) -> FileResult:
     if source.kind == "cuda":
         return [extract_cuda_facts(source.rel, data)], [], []
+    if source.kind == "build":  # its build comes with the Python facts' builds
+        return [], [read_build_toml(source.rel, data)], []
     facts = extract_python_facts(source.rel, data, exists)
     inline = [extract_cuda_facts(source.rel, s.text.encode(), s.line_offset)
               for s in facts.inline_sources if s.text]
