@@ -348,7 +348,7 @@ def test_importing_the_builder_does_not_import_torch() -> None:
 
 
 def test_nvcc_flag_params_reach_device_compiles_only() -> None:
-    from kfbot.evaluate.build import _command
+    from kfbot.evaluate.build.flags import compile_command as _command
     from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM
     from kfbot.evaluate.torch_build import TorchFlags
 
