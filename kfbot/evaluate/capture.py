@@ -1,7 +1,8 @@
-"""A pytest plugin that records how named ops are called by a repository's own tests.
+"""Record how named ops are called by a repository's own tests and scripts.
 
-Loaded with `-p kfbot.evaluate.capture` and switched on by the `KFBOT_CAPTURE`
-environment variable, a JSON `CaptureRequest`:
+The recorder of the capture plugin (`kfbot.evaluate.capture_plugin`, for pytest) and
+of the script runner (`kfbot.evaluate.harness`), both switched on by the
+`KFBOT_CAPTURE` environment variable, a JSON `CaptureRequest`:
 
     {"ops": [{"kind": "module", "module": "inline_softmax", "name": "softmax"}],
      "out": "/tmp/capture.json", "max_calls": 500}
@@ -12,11 +13,14 @@ wrapper goes depends on how the repository reaches the op:
 
 - `module`: an attribute of a module. Modules returned by
   `torch.utils.cpp_extension.load`/`load_inline` with a matching `name=` are wrapped
-  as they are returned; modules imported by name are wrapped when their import
-  finishes (a `sys.meta_path` hook) or, when already imported, before each test.
+  as they are returned (and when kfbot staged a build of that name, `load` returns
+  kfbot's build instead of compiling the repository's sources again); modules
+  imported by name are wrapped when their import finishes (a `sys.meta_path` hook)
+  or, when already imported, before each test.
 - `torch_op`: the `torch.ops.<ns>.<op>` attribute is replaced by a proxy on the
-  namespace object (setattr works there in torch 2.x) once the op is registered;
-  attribute access (`.default`, overload names) goes to the real packet, unrecorded.
+  namespace object (setattr works there in torch 2.x) once the op is registered
+  (looked for again after each library load); attribute access (`.default`, overload
+  names) goes to the real packet, unrecorded.
 - `callable`: the attribute of its module (imported after collection when the tests
   did not), plus every module global that still holds the original, which catches
   `from pkg.mod import func` done before the wrapper was in place.
@@ -25,11 +29,7 @@ Calls are described before the op runs (an op may write into its inputs) and kep
 only when it returns: a call that raises is counted but makes no signature. Per op,
 the first `max_calls` calls are described; later ones are only counted.
 
-The results go to `out` after each test that recorded something (so a run killed
-for time still leaves what it saw) and at the end of the session, failures or not.
-Under pytest-xdist each worker writes `<out>.<worker id>`.
-
-torch is imported only once the tests have imported it.
+torch is imported only once the repository's code has imported it.
 """
 
 from __future__ import annotations
@@ -43,15 +43,12 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import pytest
-
-from kfbot.errors import KfbotError
 from kfbot.evaluate.signature import (
     CAPTURE_ENV,
     ArgSpec,
@@ -65,6 +62,7 @@ from kfbot.evaluate.signature import (
     merge_pair,
     signature_key,
 )
+from kfbot.evaluate.staged import current_finder
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +74,7 @@ MAX_SEQUENCE_ITEMS = 1024
 MAX_DEPTH = 4
 _CPP_EXTENSION = "torch.utils.cpp_extension"
 _LOADERS = ("load", "load_inline")
+_TORCH_OPS = "torch._ops"  # its `ops.load_library` registers a library's ops
 
 AnyCallable = Callable[..., object]
 # min, max, mean, std, has NaN, has Inf
@@ -99,8 +98,11 @@ class Capture:
     that appeared since, `uninstall()` puts every original back.
     """
 
-    def __init__(self, request: CaptureRequest) -> None:
+    def __init__(self, request: CaptureRequest, save_to: Path | None = None) -> None:
         self.request = request
+        # Written at each new signature: a script has no test boundaries to save at,
+        # and one that fails or exits later must not lose what it showed.
+        self._save_to = save_to
         self.test_id = ""  # the node id of the test running now; "" outside tests
         self._refs = {ref.text: ref for ref in request.ops}
         self._lock = threading.RLock()
@@ -122,11 +124,14 @@ class Capture:
 
     def install(self) -> None:
         watched = {ref.module for ref in self._refs.values() if ref.kind != "torch_op"}
-        if self._module_refs():
-            watched.add(_CPP_EXTENSION)
-            cpp_extension = sys.modules.get(_CPP_EXTENSION)
-            if cpp_extension is not None:
-                self._patch_loaders(cpp_extension)
+        watched |= {_CPP_EXTENSION, _TORCH_OPS}
+        for name in (_CPP_EXTENSION, _TORCH_OPS):
+            module = sys.modules.get(name)
+            if module is not None:
+                self._patch_loaders(module)
+        staged = current_finder()
+        if staged is not None:
+            staged.on_load = self.after_load
         self._finder = _PostImportFinder(frozenset(watched), self._on_import)
         sys.meta_path.insert(0, self._finder)
         self.refresh()
@@ -163,8 +168,15 @@ class Capture:
     def _module_refs(self) -> list[OpRef]:
         return [ref for ref in self._refs.values() if ref.kind == "module"]
 
+    def after_load(self, module: object) -> None:
+        """A library was loaded: the ops it registers can be wrapped now."""
+        del module
+        for ref in self._refs.values():
+            if ref.kind == "torch_op":
+                self._wrap_torch_op(ref)
+
     def _on_import(self, module: ModuleType) -> None:
-        if module.__name__ == _CPP_EXTENSION:
+        if module.__name__ in (_CPP_EXTENSION, _TORCH_OPS):
             self._patch_loaders(module)
         for ref in self._refs.values():
             if ref.kind != "torch_op" and ref.module == module.__name__:
@@ -196,12 +208,20 @@ class Capture:
             wrapper = self._wrapper(packet, lambda: _OpProxy(self, ref.text, packet))
             self._set(namespace, ref.name, packet, wrapper)
 
-    def _patch_loaders(self, cpp_extension: ModuleType) -> None:
+    def _patch_loaders(self, module: ModuleType) -> None:
+        if module.__name__ == _TORCH_OPS:
+            ops = getattr(module, "ops", None)
+            original = getattr(ops, "load_library", None)
+            if callable(original) and id(original) not in self._ours:
+                wrapper = self._wrapper(original, functools.partial(self._library_wrapper,
+                                                                    original))
+                self._set(ops, "load_library", original, wrapper)
+            return
         for name in _LOADERS:
-            original = getattr(cpp_extension, name, None)
+            original = getattr(module, name, None)
             if callable(original) and id(original) not in self._ours:
                 wrapper = self._wrapper(original, functools.partial(self._loader_wrapper, original))
-                self._set(cpp_extension, name, original, wrapper)
+                self._set(module, name, original, wrapper)
 
     def _wrapper(self, original: object, make: Callable[[], object]) -> object:
         """The one wrapper of `original`, made on first use."""
@@ -253,15 +273,31 @@ class Capture:
     def _loader_wrapper(self, original: AnyCallable) -> AnyCallable:
         @functools.wraps(original)
         def load(*args: object, **kwargs: object) -> object:
-            module = original(*args, **kwargs)
             name = kwargs.get("name", args[0] if args else None)
+            staged = current_finder()
+            module: object
+            if staged is not None and isinstance(name, str) and name in staged.names:
+                module = staged.load(name, python_module=kwargs.get("is_python_module", True)
+                                     is not False)
+            else:
+                module = original(*args, **kwargs)
             if isinstance(module, ModuleType):
                 for ref in self._module_refs():
                     if ref.module == name:
                         self._wrap_attr(module, ref)
+            self.after_load(module)
             return module
 
         return load
+
+    def _library_wrapper(self, original: AnyCallable) -> AnyCallable:
+        @functools.wraps(original)
+        def load_library(*args: object, **kwargs: object) -> object:
+            result = original(*args, **kwargs)
+            self.after_load(result)
+            return result
+
+        return load_library
 
     def call(
         self, op: str, original: AnyCallable, args: Sequence[object], kwargs: Mapping[str, object]
@@ -316,6 +352,8 @@ class Capture:
             self._signatures[key] = sig if seen is None else merge_pair(seen, sig)
             self._recorded[sig.op] += 1
             self.dirty = True
+            if seen is None and self._save_to is not None:
+                self.save(self._save_to)
 
     # --- results ----------------------------------------------------------------------
 
@@ -333,6 +371,13 @@ class Capture:
                 errors=tuple(self._errors),
                 found=tuple(op for op in self._refs if op in self._found),
             )
+
+    def save(self, path: Path) -> None:
+        """`write`, with a failure told on stderr: the repository's code goes on."""
+        try:
+            self.write(path)
+        except OSError as exc:
+            print(f"kfbot capture: cannot write {path}: {_one_line(exc)}", file=sys.stderr)
 
     def write(self, path: Path) -> None:
         """Replace `path` with the results so far, atomically."""
@@ -540,9 +585,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-# --- pytest hooks -------------------------------------------------------------------------
-
-_KEY = pytest.StashKey[Capture]()
+def request_from_environment() -> CaptureRequest | None:
+    """The request in `KFBOT_CAPTURE`, or None when capture is off."""
+    text = os.environ.get(CAPTURE_ENV)
+    if not text:
+        return None
+    return CaptureRequest.from_json(json.loads(text))
 
 
 def output_path(out: str) -> Path:
@@ -551,85 +599,5 @@ def output_path(out: str) -> Path:
     return Path(f"{out}.{worker}") if worker else Path(out)
 
 
-def _start(config: pytest.Config) -> None:
-    text = os.environ.get(CAPTURE_ENV)
-    if not text or _KEY in config.stash:
-        return
-    try:
-        request = CaptureRequest.from_json(json.loads(text))
-    except (ValueError, KfbotError) as exc:
-        raise pytest.UsageError(f"{CAPTURE_ENV}: {_one_line(exc)}") from exc
-    capture = Capture(request)
-    capture.install()
-    config.stash[_KEY] = capture
-
-
-def _write(capture: Capture) -> None:
-    path = output_path(capture.request.out)
-    try:
-        capture.write(path)
-    except OSError as exc:
-        # The caller reports the missing file; the repository's tests go on.
-        print(f"kfbot capture: cannot write {path}: {_one_line(exc)}", file=sys.stderr)
-
-
-def _capture(config: pytest.Config) -> Capture | None:
-    return config.stash.get(_KEY, None)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    # Before the repository's conftest files run: they may load the extension.
-    _start(early_config)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    _start(config)  # when the plugin was registered too late for the hook above
-
-
-def pytest_collection_modifyitems(config: pytest.Config) -> None:
-    capture = _capture(config)
-    if capture is not None:
-        capture.import_callables()
-        capture.refresh()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, None]:
-    capture = _capture(item.config)
-    if capture is not None:
-        capture.test_id = item.nodeid
-    yield
-    if capture is not None:
-        capture.test_id = ""
-        if capture.dirty:
-            _write(capture)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    capture = _capture(item.config)
-    if capture is not None:
-        capture.refresh()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    # Fixtures may have loaded the library that registers an op.
-    capture = _capture(item.config)
-    if capture is not None:
-        capture.refresh()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    capture = _capture(session.config)
-    if capture is not None:
-        capture.test_id = ""
-        _write(capture)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    capture = _capture(config)
-    if capture is not None:
-        capture.uninstall()
-        del config.stash[_KEY]
+def one_line(exc: BaseException) -> str:
+    return _one_line(exc)

@@ -1,0 +1,82 @@
+"""The first code of every process that runs a repository's tests or scripts for kfbot.
+
+    python -c BOOTSTRAP pytest <pytest arguments>     # as `python -m pytest ...`
+    python -c BOOTSTRAP script <path> <arguments>     # as `cd <folder>; python <file> ...`
+
+`python -m` (and `-c`) put the working folder, the repository, first on `sys.path`:
+a repository that holds a `kfbot/` or a `pytest.py` would then replace kfbot's own
+modules in kfbot's own process. So the bootstrap drops that entry before importing
+anything of ours, imports what kfbot needs, and only then gives the repository the
+path it would have had when run by hand.
+
+Before the repository's code runs, kfbot's builds are made importable under their
+real names (`kfbot.evaluate.staged`). A script runs as a script: `__name__` is
+"__main__", its own folder is the working folder and `sys.path[0]`, and, when
+`KFBOT_CAPTURE` asks for it, the op calls it makes are recorded and saved as they
+come, so a script that fails or exits later keeps what it showed.
+
+This module imports neither torch nor, for scripts, pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+from kfbot.evaluate.capture import Capture, output_path, request_from_environment
+from kfbot.evaluate.staged import install_from_environment
+
+BOOTSTRAP = (
+    "import os, sys; "
+    "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; "
+    "from kfbot.evaluate.harness import main; main()"
+)
+
+
+def command(python: str, mode: str, *args: str) -> list[str]:
+    return [python, "-c", BOOTSTRAP, mode, *args]
+
+
+def main() -> None:
+    mode, *args = sys.argv[1:] or [""]
+    install_from_environment()
+    if mode == "pytest":
+        _pytest(args)
+    elif mode == "script" and args:
+        _script(Path(args[0]), args[1:])
+    else:
+        sys.exit(f"kfbot harness: unknown mode {mode!r}")
+
+
+def _pytest(args: list[str]) -> None:
+    import pytest
+
+    import kfbot.evaluate.capture_plugin  # noqa: F401 (ours, before the repository's path)
+
+    sys.path.insert(0, os.getcwd())  # what `python -m pytest` gives the tests
+    sys.argv = ["pytest", *args]
+    raise SystemExit(pytest.console_main())
+
+
+def _script(path: Path, args: list[str]) -> None:
+    script = path.resolve()
+    os.chdir(script.parent)
+    sys.path.insert(0, str(script.parent))
+    sys.argv = [path.name, *args]
+    capture = _start_capture()
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        if capture is not None:
+            capture.save(output_path(capture.request.out))
+
+
+def _start_capture() -> Capture | None:
+    request = request_from_environment()
+    if request is None:
+        return None
+    capture = Capture(request, save_to=output_path(request.out))
+    capture.install()
+    return capture
