@@ -194,12 +194,9 @@ def test_large_payload_and_result_cross_the_pipes(session: WorkerSession) -> Non
 
 
 def test_startup_failure_is_reported_not_hung(tmp_path: Path) -> None:
-    # `python -m` puts the working directory first on the path, so this shadows kfbot.
-    (tmp_path / "kfbot").mkdir()
-    (tmp_path / "kfbot" / "__init__.py").write_text(
-        "raise ImportError('kfbot broken on purpose')\n"
-    )
-    with WorkerSession(cwd=tmp_path, startup_timeout_s=20.0) as live:
+    (tmp_path / "broken.py").write_text("raise ImportError('kfbot broken on purpose')\n")
+    with WorkerSession(python_path=[tmp_path], preload=["broken"],
+                       startup_timeout_s=20.0) as live:
         for _ in range(2):  # and stays reported, rather than wedging the session
             started = time.monotonic()
             result = live.call(job("echo"), {}, TIMEOUT_S)
@@ -207,6 +204,14 @@ def test_startup_failure_is_reported_not_hung(tmp_path: Path) -> None:
             assert (result.status, result.kind) == ("crashed", "startup")
             assert "ImportError: kfbot broken on purpose" in result.reason
             assert "exit code 1" in result.reason
+
+
+def test_a_repository_in_the_working_folder_cannot_shadow_kfbot(tmp_path: Path) -> None:
+    (tmp_path / "kfbot").mkdir()
+    (tmp_path / "kfbot" / "__init__.py").write_text("raise ImportError('shadowed')\n")
+    with WorkerSession(cwd=tmp_path, python_path=[TESTS_DIR]) as live:
+        result = live.call(job("echo"), {"a": 1}, TIMEOUT_S)
+    assert result.ok, result.reason
 
 
 def test_slow_startup_times_out(tmp_path: Path) -> None:

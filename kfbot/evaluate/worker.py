@@ -61,6 +61,14 @@ _REAP_TIMEOUT_S = 5.0
 _READ_CHUNK = 1 << 20
 _WRITE_CHUNK = 1 << 16
 
+# `python -m` would put the working folder, a repository, first on the import path,
+# where its own `kfbot/` would replace ours: the entry point runs without it.
+_BOOTSTRAP = (
+    "import os, runpy, sys; "
+    "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; "
+    "runpy.run_module('kfbot.evaluate.worker_main', run_name='__main__', alter_sys=True)"
+)
+
 _SECRET_NAME = re.compile(r"token|key|secret|password|passwd|credential|auth|cookie", re.IGNORECASE)
 
 # Error texts (from the CUDA runtime, as torch words them) and the kind each becomes.
@@ -274,9 +282,10 @@ class WorkerSession:
 
     `gpu` becomes CUDA_VISIBLE_DEVICES; `env` adds variables (secrets are dropped);
     `python_path` entries go in front of PYTHONPATH; `cwd` is the child's working
-    directory, which `python -m` also puts first on its import path; `preload` names
+    directory; `preload` names
     modules imported once at startup (e.g. "torch"), under `startup_timeout_s` rather
-    than the first job's timeout.
+    than the first job's timeout. `cwd` is not on the child's import path: a job that
+    needs the repository's modules puts the repository there itself.
     """
 
     def __init__(
@@ -362,7 +371,7 @@ class WorkerSession:
         requests_r, requests_w = os.pipe()
         results_r, results_w = os.pipe()
         output_fd = _output_file()
-        command = [self._python, "-m", "kfbot.evaluate.worker_main"]
+        command = [self._python, "-c", _BOOTSTRAP]
         command += ["--requests", str(requests_r), "--results", str(results_w)]
         for module in self._preload:
             command += ["--preload", module]
