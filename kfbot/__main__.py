@@ -1,5 +1,5 @@
 import sys
 
-from kfbot.cli import main
+from kfbot.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

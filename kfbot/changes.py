@@ -24,15 +24,15 @@ import contextlib
 import functools
 import os
 import posixpath
-import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kfbot import git
 from kfbot.config import CONFIG_NAMES, Config, load_config
-from kfbot.errors import EXIT_MISSING_TOOL, EXIT_USAGE, KfbotError
+from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.cuda_facts import extract_cuda_facts
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import BuildRecipe, Kernel, ReferenceTest, ScanReport
@@ -43,57 +43,19 @@ if TYPE_CHECKING:
     from kfbot.evaluate.evaluation import Evaluation
     from kfbot.evaluate.task import KernelTask
 
-GIT_TIMEOUT_S = 120.0
 _SYMLINK_MODE = "120000"
 
 
 # --- git ---------------------------------------------------------------------------------
 
 
-def _git(cwd: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    """Run git; a failure says the command, its exit code and git's own message."""
-    try:
-        proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True,
-                              timeout=GIT_TIMEOUT_S, check=False)
-    except FileNotFoundError as exc:
-        raise KfbotError("git not found: install git or put it on PATH",
-                         EXIT_MISSING_TOOL) from exc
-    if proc.returncode != 0:
-        message = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise KfbotError(f"git {' '.join(args[:3])} failed in {cwd} (exit {proc.returncode})"
-                         f": {message[0] if message else 'no message'}")
-    return proc.stdout
-
-
-@dataclass(frozen=True)
-class _Repo:
-    top: Path  # the git working tree's top folder
-    prefix: str  # `root` relative to `top`, '/'-terminated, or "" when root is the top
-
-
-def _locate(root: Path) -> _Repo:
-    if not root.is_dir():
-        raise KfbotError(f"{root}: no such folder", EXIT_USAGE)
-    try:
-        out = _git(root, "rev-parse", "--show-toplevel", "--show-prefix")
-    except KfbotError as exc:
-        if exc.exit_code == EXIT_MISSING_TOOL:
-            raise
-        raise KfbotError(f"{root}: not inside a git repository", EXIT_USAGE) from exc
-    top, prefix = [*out.decode().splitlines(), ""][:2]
-    return _Repo(Path(top), prefix)
-
-
 def resolve_base(root: Path, base: str) -> str | None:
     """The commit `base` names, or None when it is HEAD of a repository with no commit yet."""
-    repo = _locate(root)
-    proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}"],
-                          cwd=repo.top, capture_output=True, text=True, check=False)
-    if proc.returncode == 0:
-        return proc.stdout.strip()
-    if base == "HEAD":
-        return None
-    raise KfbotError(f"{base}: not a commit in {repo.top}", EXIT_USAGE)
+    top = git.locate(root).top
+    sha = git.commit_of(top, base)
+    if sha is not None or base == "HEAD":
+        return sha
+    raise KfbotError(f"{base}: not a commit in {top}", EXIT_USAGE)
 
 
 def changed_paths(root: Path, base: str = "HEAD") -> list[str]:
@@ -105,8 +67,8 @@ def changed_paths(root: Path, base: str = "HEAD") -> list[str]:
         listed.append("--cached")
         diff = b""
     else:
-        diff = _git(root, "diff", "--name-only", "-z", "--no-renames", "--relative", sha, "--")
-    others = _git(root, *listed)
+        diff = git.run(root, "diff", "--name-only", "-z", "--no-renames", "--relative", sha, "--")
+    others = git.run(root, *listed)
     names = [n for n in (diff + b"\0" + others).decode(errors="surrogateescape").split("\0") if n]
     return sorted(set(names))
 
@@ -142,14 +104,14 @@ def base_tree(root: Path, sha: str) -> Iterator[Path]:
     object store: no checkout, nothing written to the repository. Yields the folder
     that stands for `root`.
     """
-    repo = _locate(root)
+    repo = git.locate(root)
     with tempfile.TemporaryDirectory(prefix="kfbot-base-") as tmp:
         _export(repo, sha, Path(tmp))
         yield Path(tmp)
 
 
-def _export(repo: _Repo, sha: str, dest: Path) -> None:
-    listing = _git(repo.top, "ls-tree", "-r", "-z", f"{sha}:{repo.prefix}")
+def _export(repo: git.Place, sha: str, dest: Path) -> None:
+    listing = git.run(repo.top, "ls-tree", "-r", "-z", f"{sha}:{repo.prefix}")
     wanted: list[tuple[str, str]] = []  # (blob id, path)
     for entry in filter(None, listing.decode(errors="surrogateescape").split("\0")):
         meta, _, path = entry.partition("\t")
@@ -158,7 +120,7 @@ def _export(repo: _Repo, sha: str, dest: Path) -> None:
             wanted.append((blob, path))
     if not wanted:
         return
-    data = _git(repo.top, "cat-file", "--batch", stdin="\n".join(b for b, _ in wanted).encode())
+    data = git.run(repo.top, "cat-file", "--batch", stdin="\n".join(b for b, _ in wanted).encode())
     offset = 0
     for _, path in wanted:
         header_end = data.index(b"\n", offset)
@@ -182,14 +144,14 @@ def base_worktree(root: Path, sha: str) -> Iterator[Path]:
     Yields the folder that stands for `root` inside it; the worktree is removed
     afterwards, whatever happens. The user's checkout is not touched.
     """
-    repo = _locate(root)
+    repo = git.locate(root)
     with tempfile.TemporaryDirectory(prefix="kfbot-worktree-") as tmp:
         tree = Path(tmp) / "tree"
-        _git(repo.top, "worktree", "add", "--detach", "--quiet", str(tree), sha)
+        git.run(repo.top, "worktree", "add", "--detach", "--quiet", str(tree), sha)
         try:
             yield tree / repo.prefix
         finally:
-            _git(repo.top, "worktree", "remove", "--force", str(tree))
+            git.run(repo.top, "worktree", "remove", "--force", str(tree))
 
 
 def scan_base(root: Path, sha: str, config: Config | None = None) -> ScanReport:

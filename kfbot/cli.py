@@ -13,6 +13,9 @@ from kfbot.errors import EXIT_USAGE, KfbotError
 # Subcommand modules of kfbot.commands, imported when their parser is built: `kfbot scan`
 # need not import the evaluation engine that `verify` and `bench` are built on.
 COMMANDS = ("scan", "verify", "bench", "optimize", "lessons", "check", "hook", "action")
+# Commands that run untrusted code (candidates, the repository's tests and scripts) or
+# hold a token: they start with a clean environment (see kfbot.credentials).
+PROTECTED = frozenset({"verify", "bench", "optimize", "action"})
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -47,5 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def entry() -> int:
+    """The `kfbot` program: `main`, after a protected command has shed its environment."""
+    if len(sys.argv) > 1 and sys.argv[1] in PROTECTED:
+        from kfbot.credentials import protect
+
+        protect()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -42,7 +42,7 @@ def test_the_winner_lands_on_a_branch_and_the_working_tree_is_untouched(tmp_path
     assert (root / "proj" / "csrc" / "k.cu").read_text() == "// my uncommitted work\n"
     commit = repo.commit("kfbot/k-abc")
     assert commit.hexsha == sha and commit.parents[0].hexsha == before[1]
-    assert commit.message == "kfbot: k 1.8x faster"
+    assert commit.message.strip() == "kfbot: k 1.8x faster"
     assert commit.author.email == "dev@example.com"
     blob = commit.tree / "proj" / "csrc" / "k.cu"
     assert blob.data_stream.read().decode() == "__global__ void k_fast() {}\n"
@@ -59,6 +59,7 @@ def test_refusals_say_why(tmp_path: Path) -> None:
         write_branch(root, {"README.md": "hello\n"}, "kfbot/y", "m")
     with pytest.raises(KfbotError, match="outside the repository"):
         write_branch(root, {"../evil.txt": "x"}, "kfbot/z", "m")
+    (tmp_path / "elsewhere").mkdir()
     with pytest.raises(KfbotError, match="not inside a git repository"):
         write_branch(tmp_path / "elsewhere", {"a": "b"}, "kfbot/w", "m")
     assert repo.git.worktree("list").count("\n") == 0

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import git
-
+from kfbot import git
 from kfbot.changes import (
     BrokenPairing,
     ChangedKernel,
@@ -60,13 +59,10 @@ def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
 def merge_base(root: Path, base_sha: str, number: int) -> str:
     """Where the pull request left its base: its own changes are those since then."""
     try:
-        found = git.Repo(root, search_parent_directories=True).merge_base(base_sha, "HEAD")
-    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError):
-        found = []
-    if not found:
+        return git.text(root, "merge-base", base_sha, "HEAD")
+    except git.GitError:
         raise KfbotError(f"the base commit {base_sha[:7]} of pull request #{number} is not in "
-                         f"the checkout at {root}: check out with `fetch-depth: 0`")
-    return str(found[0].hexsha)
+                         f"the checkout at {root}: check out with `fetch-depth: 0`") from None
 
 
 def _guard_status(ctx: Context, event: PullRequestEvent, result: Result) -> StatusReport:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from kfbot import credentials
 from kfbot.commands.common import cache_dir
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
@@ -197,7 +197,7 @@ def _duration(text: str) -> float:
 
 
 def _has_key() -> bool:
-    return bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())
+    return bool((credentials.original("ANTHROPIC_API_KEY") or "").strip())
 
 
 @dataclass

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from kfbot import git
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
+from kfbot.paths import inside
+from kfbot.text import read_source
 
 
 def load_candidate(path: Path, root: Path, editable: Sequence[str]) -> Candidate:
@@ -19,14 +21,14 @@ def load_candidate(path: Path, root: Path, editable: Sequence[str]) -> Candidate
         raise KfbotError(f"{path}: no such candidate file or folder")
     if path.is_dir():
         files = {
-            p.relative_to(path).as_posix(): p.read_text()
+            p.relative_to(path).as_posix(): read_source(p, str(p))
             for p in sorted(path.rglob("*"))
-            if p.is_file()
+            if p.is_file() and inside(path, p)
         }
     elif path.suffix in (".patch", ".diff"):
         files = _apply_patch(path, root)
     else:
-        files = {_editable_named(path.name, editable, path): path.read_text()}
+        files = {_editable_named(path.name, editable, path): read_source(path, str(path))}
     if not files:
         raise KfbotError(f"{path}: the candidate changes no files")
     return Candidate(files=files, origin="user", rationale=f"given on the command line: {path}")
@@ -50,19 +52,14 @@ def _apply_patch(patch: Path, root: Path) -> dict[str, str]:
         for rel in touched:
             src, dst = root / rel, Path(tmp) / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_file():
+            if src.is_file() and inside(root, src):
                 shutil.copyfile(src, dst)
-        proc = subprocess.run(
-            ["git", "apply", "--whitespace=nowarn", str(patch.resolve())],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise KfbotError(f"{patch}: does not apply: {proc.stderr.strip().splitlines()[0]}")
-        return {
-            rel: (Path(tmp) / rel).read_text() for rel in touched if (Path(tmp) / rel).is_file()
-        }
+        try:
+            git.run(Path(tmp), "apply", "--whitespace=nowarn", str(patch.resolve()))
+        except git.GitError as exc:
+            raise KfbotError(f"{patch}: does not apply: {exc}") from None
+        return {rel: read_source(Path(tmp) / rel, rel) for rel in touched
+                if (Path(tmp) / rel).is_file()}
 
 
 def _patched_paths(text: str) -> list[str]:

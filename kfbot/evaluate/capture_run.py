@@ -35,6 +35,7 @@ import kfbot
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate import harness
 from kfbot.evaluate.processes import Ran, run_process
+from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.signature import (
     CAPTURE_ENV,
     DEFAULT_MAX_CALLS,
@@ -44,7 +45,6 @@ from kfbot.evaluate.signature import (
     OpRef,
 )
 from kfbot.evaluate.staged import STAGED_ENV, StagedModule, encode
-from kfbot.evaluate.worker import scrubbed_env
 
 PLUGIN = "kfbot.evaluate.capture_plugin"
 # pytest's exit code for usage errors, which include targets it cannot find.
@@ -155,9 +155,9 @@ def capture_env(
     import_dir: Path,
     staged: Sequence[StagedModule] = (),
 ) -> dict[str, str]:
-    """The tests' environment: ours without secrets, the request, kfbot importable and
+    """The tests' environment: the allowlisted one, the request, kfbot importable and
     kfbot's builds staged."""
-    env = scrubbed_env(os.environ, extra_env)
+    env = untrusted_env(extra_env)
     old = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     env["PYTHONPATH"] = os.pathsep.join([str(import_dir), *old])
     env[CAPTURE_ENV] = json.dumps(request.to_json())

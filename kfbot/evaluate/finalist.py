@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.task import KernelTask
-from kfbot.evaluate.worker import scrubbed_env
 
 SKIP = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".kfbot", "build", "dist",
                               ".venv", "venv", "*.so", "*.o")
@@ -47,7 +47,7 @@ def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kfbot-finalist-") as tmp:
         copy = _prepared_copy(task.root, Path(tmp), candidate)
-        env = scrubbed_env(os.environ, {"TORCH_EXTENSIONS_DIR": str(Path(tmp) / "torch_ext"),
+        env = untrusted_env({"TORCH_EXTENSIONS_DIR": str(Path(tmp) / "torch_ext"),
                                         "PYTHONDONTWRITEBYTECODE": "1"})
         steps = _steps(task, python)
         output = ""

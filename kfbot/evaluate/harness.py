@@ -1,13 +1,12 @@
 """The first code of every process that runs a repository's tests or scripts for kfbot.
 
-    python -c BOOTSTRAP pytest <pytest arguments>     # as `python -m pytest ...`
-    python -c BOOTSTRAP script <path> <arguments>     # as `cd <folder>; python <file> ...`
+    <python_module(python, HARNESS)> pytest <pytest arguments>   # as `python -m pytest`
+    <python_module(python, HARNESS)> script <path> <arguments>   # as `python <file>`
 
-`python -m` (and `-c`) put the working folder, the repository, first on `sys.path`:
-a repository that holds a `kfbot/` or a `pytest.py` would then replace kfbot's own
-modules in kfbot's own process. So the bootstrap drops that entry before importing
-anything of ours, imports what kfbot needs, and only then gives the repository the
-path it would have had when run by hand.
+The harness starts without the working folder (the repository) on `sys.path`
+(`kfbot.evaluate.sandbox.python_module`): a repository that holds a `kfbot/` or a
+`pytest.py` would replace kfbot's own modules. It imports what kfbot needs first,
+and only then gives the repository the path it would have had when run by hand.
 
 Before the repository's code runs, kfbot's builds are made importable under their
 real names (`kfbot.evaluate.staged`). A script runs as a script: `__name__` is
@@ -26,17 +25,14 @@ import sys
 from pathlib import Path
 
 from kfbot.evaluate.capture import Capture, output_path, request_from_environment
+from kfbot.evaluate.sandbox import python_module
 from kfbot.evaluate.staged import install_from_environment
 
-BOOTSTRAP = (
-    "import os, sys; "
-    "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; "
-    "from kfbot.evaluate.harness import main; main()"
-)
+HARNESS = "kfbot.evaluate.harness"
 
 
 def command(python: str, mode: str, *args: str) -> list[str]:
-    return [python, "-c", BOOTSTRAP, mode, *args]
+    return [*python_module(python, HARNESS), mode, *args]
 
 
 def main() -> None:
@@ -80,3 +76,7 @@ def _start_capture() -> Capture | None:
     capture = Capture(request, save_to=output_path(request.out))
     capture.install()
     return capture
+
+
+if __name__ == "__main__":
+    main()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import select
 import signal
 import subprocess
@@ -36,6 +35,7 @@ from typing import Any, Literal
 
 from kfbot.errors import KfbotError
 from kfbot.evaluate.model import Diagnostic
+from kfbot.evaluate.sandbox import python_module, untrusted_env
 from kfbot.evaluate.worker_main import (
     HEADER,
     MAX_FRAME_BYTES,
@@ -60,16 +60,6 @@ _EXIT_GRACE_S = 2.0
 _REAP_TIMEOUT_S = 5.0
 _READ_CHUNK = 1 << 20
 _WRITE_CHUNK = 1 << 16
-
-# `python -m` would put the working folder, a repository, first on the import path,
-# where its own `kfbot/` would replace ours: the entry point runs without it.
-_BOOTSTRAP = (
-    "import os, runpy, sys; "
-    "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; "
-    "runpy.run_module('kfbot.evaluate.worker_main', run_name='__main__', alter_sys=True)"
-)
-
-_SECRET_NAME = re.compile(r"token|key|secret|password|passwd|credential|auth|cookie", re.IGNORECASE)
 
 # Error texts (from the CUDA runtime, as torch words them) and the kind each becomes.
 # Any of them retires the process: most leave the CUDA context unusable for good, and
@@ -121,21 +111,6 @@ class JobResult:
         if self.output_tail:
             details.append(("output_tail", self.output_tail[-2000:]))
         return Diagnostic("runtime", self.kind, self.reason, details=tuple(details))
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether an environment variable's name suggests it holds a credential."""
-    return _SECRET_NAME.search(name) is not None
-
-
-def scrubbed_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`base` updated with `extra`, minus every variable whose name looks like a secret.
-
-    Extras are filtered too: a credential has no business in candidate code however
-    it was meant to get there.
-    """
-    merged = {**base, **(extra or {})}
-    return {name: value for name, value in merged.items() if not is_secret_name(name)}
 
 
 def cuda_error_kind(text: str) -> str | None:
@@ -282,10 +257,9 @@ class WorkerSession:
 
     `gpu` becomes CUDA_VISIBLE_DEVICES; `env` adds variables (secrets are dropped);
     `python_path` entries go in front of PYTHONPATH; `cwd` is the child's working
-    directory; `preload` names
+    directory, which `python -m` also puts first on its import path; `preload` names
     modules imported once at startup (e.g. "torch"), under `startup_timeout_s` rather
-    than the first job's timeout. `cwd` is not on the child's import path: a job that
-    needs the repository's modules puts the repository there itself.
+    than the first job's timeout.
     """
 
     def __init__(
@@ -358,7 +332,7 @@ class WorkerSession:
     def _child_env(
         gpu: int | str | None, extra: Mapping[str, str] | None, python_path: Sequence[str | Path]
     ) -> dict[str, str]:
-        env = scrubbed_env(os.environ, extra)
+        env = untrusted_env(extra)
         env["PYTHONUNBUFFERED"] = "1"  # output reaches the file in time to be in the tail
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -371,7 +345,7 @@ class WorkerSession:
         requests_r, requests_w = os.pipe()
         results_r, results_w = os.pipe()
         output_fd = _output_file()
-        command = [self._python, "-c", _BOOTSTRAP]
+        command = python_module(self._python, "kfbot.evaluate.worker_main")
         command += ["--requests", str(requests_r), "--results", str(results_w)]
         for module in self._preload:
             command += ["--preload", module]

@@ -25,7 +25,7 @@ import github
 from github.GithubException import GithubException, RateLimitExceededException
 from github.Repository import Repository
 
-from kfbot import __version__
+from kfbot import __version__, credentials
 from kfbot.errors import EXIT_FAILURE, EXIT_USAGE, KfbotError
 
 T = TypeVar("T")
@@ -62,8 +62,8 @@ class GitHubError(KfbotError):
 
 def find_token(token: str | None = None, env: Mapping[str, str] | None = None) -> str:
     """`token`, else $GITHUB_TOKEN, else $GH_TOKEN; a clear error when there is none."""
-    env = os.environ if env is None else env
-    for value in (token, *(env.get(name) for name in TOKEN_VARIABLES)):
+    found = credentials.original if env is None else env.get
+    for value in (token, *(found(name) for name in TOKEN_VARIABLES)):
         if value and value.strip():
             return value.strip()
     raise KfbotError("no GitHub token: set GITHUB_TOKEN (or GH_TOKEN) to a token that may "

@@ -204,16 +204,16 @@ def _marker(winner: Winner, sha: str) -> str:
 
 def _dry_run(winner: Winner, settings: PublishSettings, branch: str,
              out: Path) -> PublishResult:
-    repo, rel_root = open_repo(winner.root)
-    base, base_sha = local_base(repo, settings.remote, settings.github.base)
-    commit = commit_detached(repo, rel_root, base_sha, winner.files, commit_message(winner),
+    place = open_repo(winner.root)
+    base, base_sha = local_base(place.top, settings.remote, settings.github.base)
+    commit = commit_detached(place, base_sha, winner.files, commit_message(winner),
                              winner.lessons)
     env = os.environ if settings.env is None else settings.env
     body = render(_report(winner, commit, branch, base, None, env), _marker(winner, commit.sha))
     out.mkdir(parents=True, exist_ok=True)
     written = (out / "pr-body.md", out / "pr.diff", out / "pr.json")
     written[0].write_text(body)
-    written[1].write_text(diff(repo, base_sha, commit.sha))
+    written[1].write_text(diff(place.top, base_sha, commit.sha))
     written[2].write_text(json.dumps({
         "title": title(winner.kernel_name, winner.evaluation), "branch": branch, "base": base,
         "labels": list(settings.github.labels), "draft": _draft(settings),
@@ -250,12 +250,13 @@ class _Publisher:
     def __init__(self, winner: Winner, settings: PublishSettings, branch: str) -> None:
         self.w, self.s, self.branch = winner, settings, branch
         self.env = os.environ if settings.env is None else settings.env
-        self.repo, self.rel_root = open_repo(winner.root)
+        self.place = open_repo(winner.root)
+        self.top = self.place.top
 
     def run(self) -> PublishResult:
         token = find_token(self.s.token, self.env)  # before any network: say it plainly
-        url = remote_url(self.repo, self.s.remote)
-        self.fetch_url, self.push_url = url, remote_url(self.repo, self.s.remote, push=True)
+        url = remote_url(self.top, self.s.remote)
+        self.fetch_url, self.push_url = url, remote_url(self.top, self.s.remote, push=True)
         self.git_env = auth_env(url, token)
         self.push_env = auth_env(self.push_url, token)
         slug = self.s.repo_slug or slug_of(url) or self.env.get("GITHUB_REPOSITORY")
@@ -292,11 +293,11 @@ class _Publisher:
         person = self._person_pushed(remote_sha, base_sha, previous) if remote_sha else None
         if person:
             return self._skip(person, existing)
-        commit = commit_detached(self.repo, self.rel_root, base_sha, self.w.files,
-                                 commit_message(self.w), self.w.lessons)
-        same_tree = remote_sha is not None and tree_of(self.repo, remote_sha) == commit.tree
+        commit = commit_detached(self.place, base_sha, self.w.files, commit_message(self.w),
+                                 self.w.lessons)
+        same_tree = remote_sha is not None and tree_of(self.top, remote_sha) == commit.tree
         head = remote_sha if same_tree and remote_sha else commit.sha
-        if not same_tree and not push_with_lease(self.repo, self.push_url, commit.sha,
+        if not same_tree and not push_with_lease(self.top, self.push_url, commit.sha,
                                                  self.branch, remote_sha, self.push_env):
             return self._skip(f"branch {self.branch} moved while kfbot was pushing: someone "
                               "else pushed to it; nothing was overwritten", existing)
@@ -310,14 +311,14 @@ class _Publisher:
 
     def _remote_state(self) -> tuple[str, str | None]:
         """The base branch's sha and the kfbot branch's (None: absent), both fetched."""
-        heads = remote_heads(self.repo, self.fetch_url, [self.base, self.branch], self.git_env)
+        heads = remote_heads(self.top, self.fetch_url, [self.base, self.branch], self.git_env)
         if self.base not in heads:
             raise KfbotError(f"the remote {self.s.remote!r} has no branch {self.base!r} to open "
                              "the pull request against (github.base)")
-        base_sha = fetch(self.repo, self.fetch_url, self.base, self.git_env)
+        base_sha = fetch(self.top, self.fetch_url, self.base, self.git_env)
         remote_sha = heads.get(self.branch)
         if remote_sha is not None:
-            remote_sha = fetch(self.repo, self.fetch_url, self.branch, self.git_env)
+            remote_sha = fetch(self.top, self.fetch_url, self.branch, self.git_env)
         return base_sha, remote_sha
 
     def _person_pushed(self, remote_sha: str, base_sha: str,
@@ -330,7 +331,7 @@ class _Publisher:
                     f"{remote_sha[:10]}, kfbot last pushed {previous.sha[:10]}): not "
                     "overwriting them; merge or close the pull request, or delete the branch, "
                     "for kfbot to publish again")
-        foreign = foreign_commits(self.repo, base_sha, remote_sha, self.w.kernel_id)
+        foreign = foreign_commits(self.top, base_sha, remote_sha, self.w.kernel_id)
         if foreign:
             return (f"branch {self.branch} exists with {len(foreign)} commit(s) kfbot did not "
                     f"make (e.g. {foreign[0][:10]}): not overwriting it; delete the branch "

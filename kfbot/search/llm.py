@@ -15,7 +15,6 @@ so a flaky network cannot stop the search.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import sys
@@ -28,6 +27,7 @@ from typing import Any, Literal, get_args
 import anthropic
 from anthropic.types import Message, MessageParam, TextBlockParam
 
+from kfbot import credentials
 from kfbot.datafiles import check_unique_ids, read_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
@@ -175,9 +175,11 @@ class LlmMutator:
             timeout=settings.timeout_s)
 
     @classmethod
-    def from_env(cls, settings: LlmSettings, budget: Budget) -> LlmMutator | None:
-        """A mutator using ANTHROPIC_API_KEY; None (after one notice on stderr) without it."""
-        key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
+    def from_env(cls, settings: LlmSettings, budget: Budget,
+                 key: str | None = None) -> LlmMutator | None:
+        """A mutator using `key`, else ANTHROPIC_API_KEY as kfbot was started with; None
+        (after one notice on stderr) without either."""
+        key = (key or credentials.original("ANTHROPIC_API_KEY") or "").strip()
         if not key:
             print(NO_KEY_NOTICE, file=sys.stderr)
             return None

@@ -57,7 +57,7 @@ from kfbot.evaluate.diagnostics import (
     resource_diagnostics,
 )
 from kfbot.evaluate.model import Diagnostic, KernelResources
-from kfbot.evaluate.worker import scrubbed_env
+from kfbot.evaluate.sandbox import untrusted_env
 
 COMPILE_TIMEOUT_S = 1800.0
 LINK_TIMEOUT_S = 600.0
@@ -306,7 +306,7 @@ class Builder:
                 done = subprocess.run(
                     list(command),
                     cwd=cwd,
-                    env=scrubbed_env(os.environ),  # a candidate can #include what it sees
+                    env=untrusted_env(),  # a candidate can #include what it sees
                     input=stdin,
                     text=True,
                     stdout=subprocess.PIPE,

@@ -1,0 +1,62 @@
+"""What untrusted code may see of kfbot's environment, and what it may import first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kfbot.evaluate.sandbox import allowed, python_module, scratch_home, untrusted_env
+
+LEAKY = {
+    "GITHUB_TOKEN": "ghs_x", "GH_PAT": "ghp_x", "PIP_INDEX_URL": "https://u:pw@pypi.example",
+    "CI_JOB_JWT": "eyJ", "GIT_CONFIG_VALUE_0": "AUTHORIZATION: basic eA==",
+    "INPUT_TOKEN": "t", "INPUT_ANTHROPIC_API_KEY": "sk-ant", "AWS_PROFILE": "prod",
+    "SSH_AUTH_SOCK": "/tmp/agent", "NETRC": "/root/.netrc", "DOCKER_CONFIG": "/d",
+    "TORCH_HUB_TOKEN": "hub", "KFBOT_API_KEY": "k",
+}
+KEPT = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "CUDA_HOME": "/usr/local/cuda",
+        "CUDA_VISIBLE_DEVICES": "1", "TORCH_CUDA_ARCH_LIST": "9.0", "CXX": "g++",
+        "NCCL_NVLS_ENABLE": "0", "PYTHONPATH": "/src", "LD_LIBRARY_PATH": "/lib64"}
+
+
+def test_only_the_allowlist_passes() -> None:
+    env = untrusted_env(base={**LEAKY, **KEPT, "HOME": "/root"})
+    assert {k: env[k] for k in KEPT} == KEPT
+    assert not set(LEAKY) & set(env)
+    assert env["HOME"] == scratch_home() != "/root"
+    assert os.listdir(env["HOME"]) == []
+
+
+def test_extras_are_filtered_by_name_too() -> None:
+    env = untrusted_env({"KFBOT_CAPTURE": "{}", "EXTRA_AUTH_HEADER": "x"}, base={})
+    assert env["KFBOT_CAPTURE"] == "{}"
+    assert "EXTRA_AUTH_HEADER" not in env
+
+
+def test_secret_looking_names_are_dropped_even_under_an_allowed_prefix() -> None:
+    assert allowed("CUDA_HOME") and allowed("LC_CTYPE")
+    assert not allowed("TORCH_HUB_TOKEN") and not allowed("KFBOT_SECRET")
+    assert not allowed("HOME")  # it is set, to the scratch folder, never passed through
+
+
+def test_a_module_runs_without_the_working_directory_on_its_path(tmp_path: Path) -> None:
+    """A repository's `json.py` and `kfbot/` must not replace the real ones."""
+    planted = tmp_path / "planted.txt"
+    for name in ("json.py", "kfbot/__init__.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"open({str(planted)!r}, 'a').write({name!r})\n")
+    (tmp_path / "probe_mod.py").write_text("")
+    script = tmp_path / "out"
+    script.mkdir()
+    (script / "show_path.py").write_text(
+        "import json, sys\nprint(json.dumps({'path': sys.path, 'argv': sys.argv[1:]}))\n")
+    env = {**os.environ, "PYTHONPATH": str(script)}
+    done = subprocess.run([*python_module(sys.executable, "show_path"), "--flag", "x"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    seen = json.loads(done.stdout)
+    assert not planted.exists()
+    assert str(tmp_path) not in seen["path"] and "" not in seen["path"]
+    assert seen["argv"] == ["--flag", "x"]
