@@ -176,10 +176,14 @@ class Capture:
                 self._wrap_torch_op(ref)
 
     def _on_import(self, module: ModuleType) -> None:
-        if module.__name__ in (_CPP_EXTENSION, _TORCH_OPS):
+        # The name it was imported by: an extension's own `__name__` is the one its
+        # PyInit gave it (a build's TORCH_EXTENSION_NAME), not the import's.
+        spec = getattr(module, "__spec__", None)
+        name = spec.name if spec is not None else module.__name__
+        if name in (_CPP_EXTENSION, _TORCH_OPS):
             self._patch_loaders(module)
         for ref in self._refs.values():
-            if ref.kind != "torch_op" and ref.module == module.__name__:
+            if ref.kind != "torch_op" and ref.module == name:
                 self._wrap_attr(module, ref)
 
     def _wrap_attr(self, owner: object, ref: OpRef) -> None:

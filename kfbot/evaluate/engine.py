@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -28,14 +29,26 @@ from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sources import kernel_names, static_input, units
 from kfbot.anticheat.static import static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.baseline import (
+    build_step,
+    capture_steps,
+    comparison_step,
+    pair_step,
+    reference_step,
+    skipped,
+)
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
-from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.repository_build import Fallback, setup_py_fallback, staged_modules
 from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
+from kfbot.evaluate.staged import StagedModule
+from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
+from kfbot.paths import default_skip, inside
 from kfbot.scan.model import InlineSource
 from kfbot.scan.python_facts import extract_python_facts
 
@@ -50,6 +63,16 @@ class Prepared:
 
     findings: tuple[Finding, ...]
     built: BuildResult | None
+
+
+@dataclass(frozen=True)
+class Captured:
+    """The op's call signatures, and the capture run that found them (None when they
+    were cached, or when there was nothing to run)."""
+
+    signatures: tuple[CallSignature, ...]
+    run: CaptureResult | None = None
+    cached: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +98,11 @@ class Engine:
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
-        self._signatures: list[CallSignature] | None = None
+        self._attempt: tuple[BuildResult, Fallback | None] | None = None
+        self._staged: tuple[StagedModule, ...] | None = None
+        self._captured: Captured | None = None
+        self._steps: tuple[StepReport, ...] | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
 
@@ -85,6 +112,8 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
     # --- the GPU ---------------------------------------------------------------------
 
@@ -151,42 +180,84 @@ class Engine:
         return InlineSource(source.build, source.language, text, 0, source.path)
 
     def original(self) -> BuildResult:
+        """The original's build: kfbot's own, or the repository's setup.py build when
+        kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
-            self._original = self.build(ORIGINAL)
-            if not self._original.ok:
-                first = next(iter(self._original.diagnostics), None)
+            built, fallback = self._original_attempt()
+            if not built.ok and fallback is not None and fallback.ok:
+                built = fallback.result(self.task.build)
+            if not built.ok:
+                first = next(iter(built.diagnostics), None)
                 detail = f": {first.message}" if first else ""
                 raise KfbotError(
                     f"{self.task.kernel_id}: the original does not build "
-                    f"({self._original.stage}){detail}"
+                    f"({built.stage}){detail}"
                 )
+            self._original = built
         return self._original
+
+    def _original_attempt(self) -> tuple[BuildResult, Fallback | None]:
+        """kfbot's build of the original and, where it failed on a setup.py extension,
+        the repository's own build in a scratch copy."""
+        if self._attempt is None:
+            built = self.build(ORIGINAL)
+            fallback = None
+            if not built.ok and self.task.build.kind == "setup_py":
+                fallback = setup_py_fallback(self.task.root, self.task.build,
+                                             Path(self._scratch_dir()))
+            self._attempt = (built, fallback)
+        return self._attempt
+
+    def _scratch_dir(self) -> str:
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="kfbot-engine-")
+        return self._scratch.name
+
+    def staged(self) -> tuple[StagedModule, ...]:
+        """The original as the repository's tests import it, under its real names."""
+        if self._staged is None:
+            built, fallback = self._original_attempt()
+            recipe = self.task.build
+            if fallback is not None and fallback.ok:
+                self._staged = staged_modules(recipe, fallback.result(recipe))
+            elif built.ok:
+                request = replace(self.request(ORIGINAL), tag="repo", real_names=True)
+                self._staged = staged_modules(recipe, self.builder.build(request))
+            else:
+                self._staged = ()
+        return self._staged
 
     # --- inputs ----------------------------------------------------------------------
 
     def signatures(self) -> list[CallSignature]:
         """The op's real call signatures, captured once from the repository's tests."""
-        if self._signatures is None:
-            self._signatures = self._load_or_capture()
-        return self._signatures
+        return list(self.captured().signatures)
 
-    def _load_or_capture(self) -> list[CallSignature]:
+    def captured(self) -> Captured:
+        if self._captured is None:
+            self._captured = self._load_or_capture()
+        return self._captured
+
+    def _load_or_capture(self) -> Captured:
         path = self.settings.cache_dir / "signatures" / f"{self._signature_key()}.json"
         if path.is_file():
-            return [CallSignature.from_json(s) for s in json.loads(path.read_text())]
-        if not self.task.test_targets:
-            return []
+            sigs = [CallSignature.from_json(s) for s in json.loads(path.read_text())]
+            return Captured(tuple(sigs), cached=len(sigs))
+        if not self.task.test_targets and not self.task.script_targets:
+            return Captured(())
         result = capture_signatures(
             self.task.root,
             self.task.test_targets,
             [self._op_ref()],
             timeout_s=self.settings.capture_timeout_s,
+            scripts=self.task.script_targets,
+            staged=self.staged(),
         )
         sigs = sorted(result.signatures, key=_size, reverse=True)
         if sigs:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps([s.to_json() for s in sigs]))
-        return sigs
+        return Captured(tuple(sigs), result)
 
     def _op_ref(self) -> OpRef:
         op = self.task.op
@@ -195,15 +266,11 @@ class Engine:
         return OpRef.parse(f"{op.module}.{op.name}")
 
     def _signature_key(self) -> str:
-        """Captured signatures stay valid while the tests that produced them are unchanged."""
-        files = sorted({t.split("::")[0] for t in self.task.test_targets})
-        sources = {
-            f: (self.task.root / f).read_text(errors="replace")
-            for f in files
-            if (self.task.root / f).is_file()
-        }
-        return content_hash(sources, {"kernel": self.task.kernel_id, "op": str(self.task.op),
-                                      "format": str(SIGNATURE_FORMAT)})
+        """Captured signatures stay valid while the repository's Python is unchanged:
+        the tests and scripts, and the wrappers they reach the op through."""
+        return content_hash(python_sources(self.task.root),
+                            {"kernel": self.task.kernel_id, "op": str(self.task.op),
+                             "format": str(SIGNATURE_FORMAT)})
 
     # --- evaluation ------------------------------------------------------------------
 
@@ -217,9 +284,39 @@ class Engine:
         self._original_kernel_names()
         load_rules()
 
+    def prepare_baseline(self) -> tuple[StepReport, ...]:
+        """The baseline's steps before the GPU: pair, build, import, capture, reference."""
+        if self._steps is None:
+            self._steps = tuple(self._cpu_steps())
+        return self._steps
+
+    def _cpu_steps(self) -> Iterator[StepReport]:
+        yield pair_step(self.task)
+        built, fallback = self._original_attempt()
+        build = build_step(self.task, built, fallback.why if fallback and fallback.ok else "")
+        if build.failed and fallback is not None:
+            build = replace(build, summary=f"{build.summary}; the fallback: {fallback.why}",
+                            evidence="\n".join(filter(None, (build.evidence,
+                                                               fallback.evidence()))))
+        yield build
+        if build.failed:
+            yield from skipped("build", ("import", "capture", "reference"))
+            return
+        captured = self.captured()
+        staged = [m.name for m in self.staged()]
+        yield from capture_steps(self.task, captured.run, captured.cached, staged)
+        yield reference_step(self.task)
+
     def baseline(self) -> Evaluation:
-        """The original against its reference: it must pass before anything is compared."""
-        return self._run(ORIGINAL, None, bench=False)
+        """The original against its reference, step by step: it must pass before
+        anything is compared; a failed step is the baseline's answer."""
+        self.probe()  # no GPU: say so before spending minutes on builds
+        steps = self.prepare_baseline()
+        failure = first_failure(steps)
+        if failure is not None:
+            return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
+        result = self._run(ORIGINAL, None, bench=False)
+        return replace(result, steps=(*steps, comparison_step(result)))
 
     def static_check(self, candidate: Candidate) -> list[Finding]:
         """The static anti-cheating rules on the candidate's source, before any build."""
@@ -228,7 +325,7 @@ class Engine:
         return static_findings(static_input(self.task, candidate, self._op_dtypes()))
 
     def _op_dtypes(self) -> list[str]:
-        sigs = self._signatures or []
+        sigs = self._captured.signatures if self._captured is not None else ()
         found = {t.dtype for s in sigs for t in s.tensors()}
         return sorted(found | set(self.task.declared_dtypes))
 
@@ -320,6 +417,8 @@ class Engine:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        if not self.task.references:
+            result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
@@ -379,7 +478,8 @@ class Engine:
             return failed(
                 digest,
                 "baseline" if baseline else "correctness",
-                "no inputs to check: no call signatures were captured and none are declared",
+                "no inputs to check: the op's inputs could not be made from the captured "
+                "signatures or the declared shapes",
                 resources,
                 environment=env,
             )
@@ -414,6 +514,27 @@ class Engine:
         first = bad.finding()
         return failed(digest, "anticheat", first.line(), resources, checks=checks,
                       environment=env, timings=timings, findings=_evidence(first, checks))
+
+
+def python_sources(root: Path) -> dict[str, str]:
+    """Every Python file of the repository by path, read as text; links that leave it
+    and build outputs are not followed."""
+    found: dict[str, str] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if any(default_skip(part) for part in rel.parts[:-1]) or not inside(root, path):
+            continue
+        try:
+            found[rel.as_posix()] = path.read_text(errors="replace")
+        except OSError:
+            continue  # unreadable: it cannot have run either
+    return found
+
+
+def no_reference_finding(task: KernelTask) -> Finding:
+    """Every report of a kernel without a reference says so: the original is the judge."""
+    why = "; ".join(task.unusable_references) or "the tests name no reference computation"
+    return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
 
 
 def _evidence(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:

@@ -47,13 +47,11 @@ def main() -> None:
 
 
 def _pytest(args: list[str]) -> None:
-    import pytest
-
-    import kfbot.evaluate.capture_plugin  # noqa: F401 (ours, before the repository's path)
+    import pytest  # before the repository is on the path (kfbot's own modules are found
+    # through the kfbot package, already imported, whatever the path holds)
 
     sys.path.insert(0, os.getcwd())  # what `python -m pytest` gives the tests
-    sys.argv = ["pytest", *args]
-    raise SystemExit(pytest.console_main())
+    raise SystemExit(int(pytest.main(args)))
 
 
 def _script(path: Path, args: list[str]) -> None:

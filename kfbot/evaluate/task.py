@@ -43,6 +43,7 @@ class KernelTask:
     unusable_references: tuple[str, ...]  # why a found reference could not be called
     test_targets: tuple[str, ...]  # pytest targets (file::test) that call the op
     editable_files: tuple[str, ...]
+    script_targets: tuple[str, ...] = ()  # scripts (run as scripts) that call the op
     tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     declared_shapes: tuple[tuple[int, ...], ...] = ()
     declared_dtypes: tuple[str, ...] = ()
@@ -66,7 +67,8 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         op=op,
         references=tuple(specs),
         unusable_references=tuple(unusable),
-        test_targets=_targets(kernel.references),
+        test_targets=_targets(kernel.references, "pytest"),
+        script_targets=_targets(kernel.references, "script"),
         editable_files=kernel.editable_files,
         tolerances=_tolerances(task_cfg),
         declared_shapes=task_cfg.shapes if task_cfg else (),
@@ -121,11 +123,12 @@ def _references(
     return specs, unusable
 
 
-def _targets(refs: tuple[ReferenceTest, ...]) -> tuple[str, ...]:
+def _targets(refs: tuple[ReferenceTest, ...], kind: str) -> tuple[str, ...]:
+    """The pytest node ids (file::test), or the script files, of the references found."""
     targets = [
         f"{r.file}::{r.test.split('.')[0]}" if r.kind == "pytest" else r.file
         for r in refs
-        if r.origin == "discovered"
+        if r.origin == "discovered" and r.kind == kind
     ]
     return tuple(dict.fromkeys(targets))
 

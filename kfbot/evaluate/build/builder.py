@@ -43,6 +43,7 @@ from kfbot.evaluate.build.model import (
     digest,
     internal_name,
     module_name,
+    real_module_name,
 )
 from kfbot.evaluate.build.stage import normal, stage
 from kfbot.evaluate.build.toolkit import (
@@ -156,7 +157,8 @@ class Builder:
         objects = tuple(
             self._object_plan(flags, staging, source, request.params) for source in staging.sources
         )
-        module = module_name(request.recipe.name, request.tag)
+        module = (real_module_name(request.recipe.name) if request.real_names
+                  else module_name(request.recipe.name, request.tag))
         internal = internal_name(request.recipe.name)
         shim = (
             cmd.shim_plan(flags.cxx, module, internal)

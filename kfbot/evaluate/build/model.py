@@ -33,6 +33,9 @@ class BuildRequest:
     tag: str = "orig"  # short unique suffix (the candidate hash[:10]) for names
     inline_sources: tuple[InlineSource, ...] = ()  # load_inline: the cuda/cpp texts
     extra_cuda_cflags: tuple[str, ...] = ()  # e.g. ("--use_fast_math",) from a mutator
+    # The names the repository's own code uses: its module name and namespaces, not
+    # renamed (a build for its tests and scripts, never loaded beside another).
+    real_names: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,11 @@ def _identifier(name: str) -> str:
 def module_name(recipe_name: str, tag: str) -> str:
     """`<name>_kf<tag>`: the last dotted part, as Python looks for PyInit_<that>."""
     return f"{_identifier(recipe_name.rsplit('.', 1)[-1])}_kf{clean(tag)}"
+
+
+def real_module_name(recipe_name: str) -> str:
+    """The name Python finds `PyInit_<name>` by: the last part of the dotted name."""
+    return _identifier(recipe_name.rsplit(".", 1)[-1])
 
 
 def internal_name(recipe_name: str) -> str:

@@ -275,7 +275,8 @@ def stage(request: BuildRequest, stage_root: Path) -> Staging:
     closure, texts = _closure(tree, sources, {s.path: s.text for s in generated}, folders)
     local = {path: text for path, text in texts.items() if tree.inside(path)}
     suffix = f"_kf{clean(request.tag)}"
-    renames = {ns: ns + suffix for ns in sorted(owned_namespaces(local.values()))}
+    owned = sorted(owned_namespaces(local.values()))
+    renames = {} if request.real_names else {ns: ns + suffix for ns in owned}
     files = {
         path: StagedFile(path, rename_registrations(text, renames), path)
         for path, text in local.items()
