@@ -188,6 +188,7 @@ NOTES = {
     # Two float32 orders of summation may differ by more than the tolerance from each
     # other while each is as close to the reference as float32 allows.
     "original": "differs from the original, but is within tolerance of the reference",
+    "itself": "the original against its own output (no independent reference)",
 }
 
 
@@ -451,16 +452,31 @@ def verify(
     for inputs in input_sets:
         ref = reference(inputs)
         if original is None:  # the baseline: the original against its reference
+            byte = POISON_NAN if ctx.probes else None
             if ref is not None:
                 want, fallback = _reference(ref, inputs)
-                byte = POISON_NAN if ctx.probes else None
                 records.append(judge(run(fn, inputs, byte), want, inputs, "reference", ctx,
                                      fallback))
+            else:
+                records.append(_against_itself(fn, inputs, byte, ctx))
             continue
         records += check_candidate(fn, original, ref, inputs, ctx)
     if original is not None and ctx.probes:
         records += constant_records(ctx)
     return records
+
+
+def _against_itself(fn: Op, inputs: InputSet, byte: int | None, ctx: Context) -> Record:
+    """With no independent reference the original's own outputs are the judge, so they
+    must at least be its outputs: the same from a plain call as from one whose output
+    memory was poisoned first (an output it does not write, or writes differently
+    from call to call, would make every comparison with it a coin toss)."""
+    plain = run(fn, inputs, None, watch=False, spent=ctx.spent)
+    if plain.error is not None:
+        return record(inputs, "original", False, "correctness", error=plain.error,
+                      run="plain call")
+    return judge(run(fn, inputs, byte, watch=False, spent=ctx.spent), plain.out, inputs,
+                 "original", ctx, note=NOTES["itself"])
 
 
 def repeat_records(
