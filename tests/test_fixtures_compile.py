@@ -18,6 +18,7 @@ import types
 from pathlib import Path
 
 import pytest
+from kernel_builder_tool import REGISTRATION_H
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SKIPPED_FIXTURES = {"hostile", "cheats"}  # cheats: compiled by test_cheat_corpus.py
@@ -63,11 +64,30 @@ def _cuda_include() -> str | None:
     return None
 
 
-def _include_flags(source: Path) -> list[str]:
+# Headers that a fixture's build tool writes and its repository does not hold.
+_TOOL_HEADERS = {"kernel_builder": {"registration.h": REGISTRATION_H}}
+
+
+@pytest.fixture(scope="module")
+def tool_headers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Per fixture, a folder holding the headers its build tool would write."""
+    out = {}
+    for fixture, headers in _TOOL_HEADERS.items():
+        folder = tmp_path_factory.mktemp(f"{fixture}-tool-headers")
+        for name, text in headers.items():
+            (folder / name).write_text(text)
+        out[fixture] = folder
+    return out
+
+
+def _include_flags(source: Path, tool_headers: dict[str, Path] | None = None) -> list[str]:
     dirs = [*_torch_includes(), sysconfig.get_paths()["include"]]
     own = _fixture_root(source) / "include"
     if own.is_dir():
         dirs.insert(0, str(own))
+    generated = (tool_headers or {}).get(_fixture_root(source).name)
+    if generated is not None:
+        dirs.append(str(generated))
     return [f"-I{d}" for d in dirs]
 
 
@@ -91,14 +111,14 @@ def _nvcc(source: Path, out_dir: Path) -> None:
               *_include_flags(source), str(source), "-o", str(obj)])
 
 
-def _gxx_syntax(source: Path) -> None:
+def _gxx_syntax(source: Path, tool_headers: dict[str, Path]) -> None:
     if CXX is None:
         pytest.skip("g++ not found")
     cuda = _cuda_include()
     if cuda is None:
         pytest.skip("CUDA headers (cuda_runtime.h) not found")
-    _compile([CXX, "-fsyntax-only", "-std=c++17", *_defines(source), *_include_flags(source),
-              f"-I{cuda}", str(source)])
+    _compile([CXX, "-fsyntax-only", "-std=c++17", *_defines(source),
+              *_include_flags(source, tool_headers), f"-I{cuda}", str(source)])
 
 
 def test_fixture_sources_found() -> None:
@@ -113,8 +133,8 @@ def test_cu_compiles(source: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("source", _sources(".cpp"), ids=_id)
-def test_cpp_compiles(source: Path) -> None:
-    _gxx_syntax(source)
+def test_cpp_compiles(source: Path, tool_headers: dict[str, Path]) -> None:
+    _gxx_syntax(source, tool_headers)
 
 
 def _inline_softmax_module() -> types.ModuleType:
