@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
+from kfbot.evaluate.reference import ReferenceSpec, Unusable, belongs, reference_spec
 from kfbot.scan.model import ReferenceTest
 
 
@@ -29,7 +29,8 @@ def test_lambda_over_the_op_arguments(tmp_path: Path) -> None:
     spec = reference_spec(tmp_path, _ref())
     assert spec == ReferenceSpec(source="lambda x: torch.softmax(x, dim=-1)",
                                  imports=("import torch",),
-                                 description="torch.softmax(x, dim=-1) from tests/test_op.py:6")
+                                 description="torch.softmax(x, dim=-1) from tests/test_op.py:6",
+                                 tests=("tests/test_op.py::test_op",))
     fn = eval(spec.source, {"torch": __import__("torch")})
     assert fn.__code__.co_argcount == 1
 
@@ -40,7 +41,7 @@ def test_literal_arguments_become_placeholders(tmp_path: Path) -> None:
                      "    assert_close(out, F.layer_norm(x, (x.shape[-1],), w, b, 1e-5))\n")
     spec = reference_spec(tmp_path, _ref(reference="F.layer_norm(x, (x.shape[-1],), w, b, 1e-05)"))
     assert isinstance(spec, ReferenceSpec)
-    assert spec.source == "lambda x, w, b, _a3: F.layer_norm(x, (x.shape[-1],), w, b, 1e-05)"
+    assert spec.source == "lambda x, w, b, _a3: F.layer_norm(x, (x.shape[-1],), w, b, _a3)"
     assert spec.imports == ("import torch.nn.functional as F",)
 
 
@@ -164,3 +165,19 @@ def test_a_torch_op_in_the_reference_is_the_op_itself(tmp_path: Path) -> None:
                                          reference="torch.ops.myns.op(x) * 1"))
     assert spec == Unusable("the reference torch.ops.myns.op(x) * 1 calls the op itself "
                             "(torch.ops.myns.op)")
+
+
+def test_a_literal_argument_is_a_parameter_of_the_reference(tmp_path: Path) -> None:
+    """Two tests call scale(x, 2.5) and scale(x, -3.0): each reference follows the
+    argument it gets, and judges only the calls of its own test."""
+    _write(tmp_path, "def test_op():\n    assert_close(ext.op(x, -3.0), x * -3.0 + 1)\n")
+    spec = reference_spec(tmp_path, _ref(reference="x * -3.0 + 1"))
+    assert isinstance(spec, ReferenceSpec)
+    assert spec.source == "lambda x, _a1: x * _a1 + 1"
+    node = "tests/test_op.py::test_op"
+    assert belongs(spec.to_json(), 2, 2, (f"{node}[cuda-2]",))
+    assert not belongs(spec.to_json(), 2, 2, ("tests/test_op.py::test_other",))
+    assert not belongs(spec.to_json(), 2, 3, (node,))
+    assert belongs(spec.to_json(), 2, 2, ())  # declared inputs: no test to tell by
+    script = reference_spec(tmp_path, _ref(kind="script", test="<module>", reference="x"))
+    assert isinstance(script, ReferenceSpec) and script.tests == ("tests/test_op.py",)

@@ -116,7 +116,7 @@ def capture_signatures(
             runs.append(_run_pytest(python, root, targets, env, deadline, Path(tmp)))
         for index, script in enumerate(scripts):
             # Each script its own results file: they are merged like xdist workers'.
-            script_env = {**env, CAPTURE_ENV: json.dumps(
+            script_env = {**env, harness.SCRIPT_ENV: script, CAPTURE_ENV: json.dumps(
                 {**request.to_json(), "out": f"{out}.script{index}"})}
             runs.append(_run_script(python, root, script, script_env, deadline, Path(tmp)))
         found = read_results(out)

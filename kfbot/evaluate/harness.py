@@ -29,6 +29,9 @@ from kfbot.evaluate.sandbox import python_module
 from kfbot.evaluate.staged import install_from_environment
 
 HARNESS = "kfbot.evaluate.harness"
+# The script's path in the repository: its calls are recorded as made by that "test",
+# which ties them to the reference the same script holds.
+SCRIPT_ENV = "KFBOT_SCRIPT"
 
 
 def command(python: str, mode: str, *args: str) -> list[str]:
@@ -72,6 +75,7 @@ def _start_capture() -> Capture | None:
     if request is None:
         return None
     capture = Capture(request, save_to=output_path(request.out))
+    capture.test_id = os.environ.get(SCRIPT_ENV, "")
     capture.install()
     return capture
 

@@ -17,8 +17,10 @@ original kernel only, and every report says so.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kfbot.evaluate.carry import NotCarried, carry, expression_needs, module_scope
 from kfbot.scan.model import ReferenceTest
@@ -34,6 +36,9 @@ class ReferenceSpec:
     description: str  # "torch.softmax(x, dim=-1) from tests/test_ops.py:13"
     callable_ref: str | None = None  # "module:function" for declared references
     definitions: tuple[str, ...] = ()  # carried statements: functions, constants
+    # The test (file::function) or script it came from: it judges the calls that test
+    # made, not another test's, whose literal arguments may differ.
+    tests: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -42,6 +47,7 @@ class ReferenceSpec:
             "definitions": list(self.definitions),
             "description": self.description,
             "callable_ref": self.callable_ref,
+            "tests": list(self.tests),
         }
 
 
@@ -95,7 +101,7 @@ def _lambda(
     params = [a.id if isinstance(a, ast.Name) else f"_a{i}" for i, a in enumerate(call.args)]
     if len(set(params)) != len(params):
         return Unusable(f"the op call {ast.unparse(call)} repeats an argument")
-    expr = ast.unparse(ast.parse(ref.reference or "", mode="eval").body)
+    expr = _literals_as_parameters(ast.parse(ref.reference or "", mode="eval").body, call)
     source = f"lambda {', '.join(params)}: {expr}" if params else f"lambda: {expr}"
     # The op as the test reaches it; a torch op's root is torch itself, found by text.
     forbidden = set() if ref.op.startswith("torch.ops.") else {ref.op.split(".")[0]}
@@ -108,4 +114,55 @@ def _lambda(
         return Unusable(f"the reference {ref.reference} calls the op itself ({ref.op})")
     return ReferenceSpec(source=source, imports=carried.imports,
                          description=f"{ref.reference} from {ref.file}:{ref.line}",
-                         definitions=carried.definitions)
+                         definitions=carried.definitions, tests=(_test_id(ref),))
+
+
+def _test_id(ref: ReferenceTest) -> str:
+    if ref.kind == "script":
+        return ref.file
+    return "::".join([ref.file, *ref.test.split(".")])
+
+
+def _literals_as_parameters(expr: ast.expr, call: ast.Call) -> str:
+    """`x * 2.5` for the call `op(x, 2.5)` is `x * _a1`: the reference follows the
+    argument when other calls pass other values."""
+    literals = {_literal(a): f"_a{i}" for i, a in enumerate(call.args) if _literal(a) is not None}
+
+    class Swap(ast.NodeTransformer):
+        def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+            name = literals.get(_literal(node))
+            if name:
+                return ast.Name(name, ast.Load())
+            self.generic_visit(node)
+            return node
+
+        def visit_Constant(self, node: ast.Constant) -> ast.expr:
+            name = literals.get(_literal(node))
+            return ast.Name(name, ast.Load()) if name else node
+
+    return ast.unparse(Swap().visit(expr)) if literals else ast.unparse(expr)
+
+
+def _literal(node: ast.expr) -> str | None:
+    """A number, a negative number or a string, as text; None for anything else."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _literal(node.operand)
+        return f"-{inner}" if inner is not None else None
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)) \
+            and not isinstance(node.value, bool):
+        return repr(node.value)
+    return None
+
+
+def belongs(spec: Mapping[str, Any], arity: int, nargs: int, tests: Sequence[str]) -> bool:
+    """Whether the reference `spec` (as the worker gets it) judges a call with `nargs`
+    arguments made by `tests`: a declared reference judges every call; one taken from
+    a test, the calls of that test (pytest node ids carry parameters: `[...]`)."""
+    if spec.get("callable_ref"):
+        return True
+    if arity != nargs:
+        return False
+    own = [str(t) for t in spec.get("tests") or []]
+    if not own or not tests:
+        return True
+    return any(t == s or t.startswith((f"{s}[", f"{s}::")) for t in tests for s in own)

@@ -51,6 +51,7 @@ class InputSet:
     args: list[Any]
     kwargs: dict[str, Any]
     group: str = ""  # the same shapes from another seed share a group
+    tests: tuple[str, ...] = ()  # the tests (or script) whose calls these inputs repeat
 
 
 def clone(value: Any) -> Any:
