@@ -100,6 +100,7 @@ class Engine:
         self._original: BuildResult | None = None
         self._attempt: tuple[BuildResult, Fallback | None] | None = None
         self._staged: tuple[StagedModule, ...] | None = None
+        self._real: BuildResult | None = None
         self._captured: Captured | None = None
         self._steps: tuple[StepReport, ...] | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
@@ -216,16 +217,24 @@ class Engine:
     def staged(self) -> tuple[StagedModule, ...]:
         """The original as the repository's tests import it, under its real names."""
         if self._staged is None:
+            built = self._repository_build()
+            self._staged = staged_modules(self.task.root, self.task.build, built) \
+                if built is not None else ()
+        return self._staged
+
+    def _repository_build(self) -> BuildResult | None:
+        """The original built with the names the repository's code uses: kfbot's build,
+        else the repository's own setup.py build; None when neither built."""
+        if self._real is None:
             built, fallback = self._original_attempt()
-            recipe = self.task.build
             if fallback is not None and fallback.ok:
-                self._staged = staged_modules(recipe, fallback.result(recipe))
+                self._real = fallback.result(self.task.build)
             elif built.ok:
                 request = replace(self.request(ORIGINAL), tag="repo", real_names=True)
-                self._staged = staged_modules(recipe, self.builder.build(request))
+                self._real = self.builder.build(request)
             else:
-                self._staged = ()
-        return self._staged
+                self._real = built
+        return self._real if self._real.ok else None
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -260,9 +269,13 @@ class Engine:
         return Captured(tuple(sigs), result)
 
     def _op_ref(self) -> OpRef:
+        """The op as the repository's code reaches it (in the real-names build, a
+        namespace named by a macro is the one that macro stands for)."""
         op = self.task.op
         if op.kind == "torch_op":
-            return OpRef.parse(f"torch.ops.{op.module}.{op.name}")
+            real = self._repository_build()
+            names = real.library_namespaces if real is not None else {}
+            return OpRef.parse(f"torch.ops.{names.get(op.module, op.module)}.{op.name}")
         return OpRef.parse(f"{op.module}.{op.name}")
 
     def _signature_key(self) -> str:

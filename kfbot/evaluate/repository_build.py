@@ -7,6 +7,11 @@ real namespaces: they get a build of the original with the real names
 (`BuildRequest(real_names=True)`), staged under those names (`staged`), without
 anything installed or written into the checkout.
 
+A kernel-builder repository's package, `torch-ext/<name>/`, is on no import path,
+and its `_ops.py` is written by the builder: the package is staged from the
+repository's folder, kfbot's build beside it under a private name, and an `_ops.py`
+that imports that build and names its op namespace.
+
 When kfbot cannot build a `setup.py` extension its own way, the repository's own
 build runs instead, `python setup.py build_ext --inplace`, in a scratch copy of the
 repository; its `.so` is staged the same way.
@@ -20,21 +25,58 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot.evaluate.build import BuildResult
-from kfbot.evaluate.build.model import real_module_name
+from kfbot.evaluate.build.kernel_builder import is_kernel_builder
+from kfbot.evaluate.build.model import internal_name, real_module_name
 from kfbot.evaluate.processes import Ran, last_lines, run_process
 from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.staged import StagedModule
+from kfbot.evaluate.task import EXTENSION_NAMESPACE
 from kfbot.paths import copy_repository
 from kfbot.scan.model import BuildRecipe
 
 FALLBACK_TIMEOUT_S = 1800.0
+# The build's module inside a kernel-builder package: private, unlike the builder's names.
+EXTENSION_MODULE = "_kfbot_ext"
+OPS_PY = '''\
+"""Written by kfbot in place of the kernel builder's: the ops of kfbot's build."""
+import torch
+
+from . import {module}
+
+ops = torch.ops.{namespace}
 
 
-def staged_modules(recipe: BuildRecipe, built: BuildResult) -> tuple[StagedModule, ...]:
+def add_op_namespace_prefix(op_name: str) -> str:
+    return f"{namespace}::{{op_name}}"
+'''
+
+
+def staged_modules(
+    root: Path, recipe: BuildRecipe, built: BuildResult
+) -> tuple[StagedModule, ...]:
     """What the repository's code imports or loads, mapped to a real-names build."""
     if not built.ok or built.artifact is None:
         return ()
+    if is_kernel_builder(recipe):
+        return _kernel_builder_package(root, recipe, built)
     return (StagedModule(recipe.name, "extension", str(built.artifact)),)
+
+
+def _kernel_builder_package(
+    root: Path, recipe: BuildRecipe, built: BuildResult
+) -> tuple[StagedModule, ...]:
+    """`torch-ext/<name>/` as the package, kfbot's build inside it, and its `_ops`."""
+    name = recipe.name.replace("-", "_")  # `[general] name`, as the package is named
+    folder = root / Path(recipe.file).parent / "torch-ext" / name
+    assert built.artifact is not None
+    namespace = built.library_namespaces.get(EXTENSION_NAMESPACE, internal_name(recipe.name))
+    return (
+        StagedModule(name, "package", str(folder)),
+        StagedModule(f"{name}.{EXTENSION_MODULE}", "extension", str(built.artifact),
+                     init=internal_name(recipe.name)),
+        StagedModule(f"{name}._ops", "source", str(folder / "_ops.py"),
+                     source=OPS_PY.format(module=EXTENSION_MODULE, namespace=namespace)),
+    )
 
 
 @dataclass(frozen=True)

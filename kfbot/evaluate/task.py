@@ -14,10 +14,12 @@ from typing import Literal
 
 from kfbot.config import Config, TaskConfig
 from kfbot.errors import KfbotError
+from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
 from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
 
 OpKind = Literal["module", "torch_op", "callable"]
+EXTENSION_NAMESPACE = "TORCH_EXTENSION_NAME"
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ def _op(kernel: Kernel, build: BuildRecipe) -> OpBinding:
 def _binding_op(binding: Binding, build: BuildRecipe) -> OpBinding:
     if binding.kind == "pybind11":
         return OpBinding("module", build.name, binding.name)
+    if is_kernel_builder(build):
+        # Its namespace is whatever the build defines TORCH_EXTENSION_NAME as.
+        return OpBinding("torch_op", EXTENSION_NAMESPACE, binding.name)
     return OpBinding("torch_op", binding.module, binding.name)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kfbot.evaluate.build.kernel_builder import generated_headers
 from kfbot.evaluate.build.model import (
     BuildRequest,
     LineSpan,
@@ -23,15 +24,19 @@ from kfbot.evaluate.build.model import (
     Staging,
     clean,
     digest,
+    internal_name,
 )
 from kfbot.evaluate.build.registrations import (
-    macros,
+    aliases,
     owned_namespaces,
     parse,
+    registers_module,
     rename_registrations,
 )
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.model import BuildRecipe
+
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc")
 
 INCLUDE_Q = "(preproc_include path: [(string_literal) (system_lib_string)] @path)"
 
@@ -79,8 +84,13 @@ class _Tree:
 
 
 def _tree(request: BuildRequest) -> _Tree:
+    """The repository, the candidate's files over it, and what a build tool would have
+    written into it (kernel-builder's registration.h)."""
     root = request.root.resolve()
-    return _Tree(root, {normal(k): v for k, v in request.files.items()})
+    files = {normal(k): v for k, v in request.files.items()}
+    view = _Tree(root, files)
+    generated = generated_headers(request.recipe, view.exists)
+    return _Tree(root, {**generated, **files}) if generated else view
 
 
 # --- includes -------------------------------------------------------------------------
@@ -230,6 +240,8 @@ def _include_dirs(tree: _Tree, recipe: BuildRecipe) -> tuple[str, ...]:
 def _repository_sources(request: BuildRequest, tree: _Tree) -> list[StagedFile]:
     staged: list[StagedFile] = []
     for source in request.recipe.sources:
+        if source.endswith(HEADER_SUFFIXES):
+            continue  # listed with the sources (build.toml does), included, not compiled
         path = tree.canonical(source)
         text = tree.read(path) if tree.inside(path) else None
         if text is None:
@@ -261,6 +273,14 @@ def _write_stage(directory: Path, files: Mapping[str, StagedFile]) -> None:
             raise
 
 
+def _renames(owned: list[str], request: BuildRequest) -> dict[str, str]:
+    """Each owned namespace renamed for this build; none for a real-names build."""
+    if request.real_names:
+        return {}
+    suffix = f"_kf{clean(request.tag)}"
+    return {ns: ns + suffix for ns in owned}
+
+
 def stage(request: BuildRequest, stage_root: Path) -> Staging:
     """Materialize what the build reads, with the candidate's edits and the renames."""
     tree = _tree(request)
@@ -274,22 +294,26 @@ def stage(request: BuildRequest, stage_root: Path) -> Staging:
     sources = [staged.path for staged in generated]
     closure, texts = _closure(tree, sources, {s.path: s.text for s in generated}, folders)
     local = {path: text for path, text in texts.items() if tree.inside(path)}
-    suffix = f"_kf{clean(request.tag)}"
-    owned = sorted(owned_namespaces(local.values()))
-    renames = {} if request.real_names else {ns: ns + suffix for ns in owned}
+    alias = aliases(local.values(), {**dict(recipe.defines),
+                                     "TORCH_EXTENSION_NAME": internal_name(recipe.name)})
+    owned = sorted(owned_namespaces(local.values(), alias))
+    renames = _renames(owned, request)
     files = {
-        path: StagedFile(path, rename_registrations(text, renames), path)
+        path: StagedFile(path, rename_registrations(text, renames, alias), path)
         for path, text in local.items()
     }
     files.update(
-        {s.path: replace(s, text=rename_registrations(s.text, renames)) for s in generated}
+        {s.path: replace(s, text=rename_registrations(s.text, renames, alias))
+         for s in generated}
     )
     key = digest("stage", sorted((p, s.text) for p, s in files.items()))
     directory = stage_root / key
     _write_stage(directory, files)
-    python_module = any(
-        m.name == "PYBIND11_MODULE" for staged in files.values() for m in macros(staged.text)
-    )
+    python_module = any(registers_module(staged.text) for staged in files.values())
+    # The scan may name a namespace by its macro (KFOPS_NAMESPACE, TORCH_EXTENSION_NAME):
+    # the worker finds the build's namespace under either name.
+    final = {ns: renames.get(ns, ns) for ns in owned}
+    named = {**final, **{m: final[ns] for m, ns in alias.items() if ns in final}}
     return Staging(
         directory,
         key,
@@ -298,7 +322,7 @@ def stage(request: BuildRequest, stage_root: Path) -> Staging:
         {p: t for p, t in texts.items() if not tree.inside(p)},
         closure,
         folders,
-        renames,
+        named,
         python_module,
     )
 
