@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from kfbot.evaluate.build import BuildResult
 from kfbot.evaluate.capture_run import CaptureResult, ProcessRun
@@ -168,6 +169,21 @@ def comparison_step(result: Evaluation) -> StepReport:
     tail = next((dict(d.details).get("output_tail", "") for d in result.diagnostics
                  if d.stage == "runtime"), "")
     return StepReport("comparison", "failed", result.reason, last_lines(tail, EVIDENCE_LINES))
+
+
+def amended(steps: tuple[StepReport, ...], note: StepReport) -> tuple[StepReport, ...]:
+    """`steps` with `note` added to the step of its name: its summary appended, the
+    worse of the two outcomes, its evidence and suggestion where it has them."""
+    order = ("ok", "skipped", "warning", "failed")
+    out = []
+    for step in steps:
+        if step.step == note.step:
+            worse = max(step.outcome, note.outcome, key=order.index)
+            step = replace(step, outcome=worse, summary=f"{step.summary}; {note.summary}",
+                           evidence=note.evidence or step.evidence,
+                           suggestion=note.suggestion or step.suggestion)
+        out.append(step)
+    return tuple(out)
 
 
 def skipped(after: StepName, names: Sequence[StepName]) -> list[StepReport]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -29,30 +28,22 @@ from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sources import kernel_names, static_input, units
 from kfbot.anticheat.static import static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.baseline import (
-    build_step,
-    capture_steps,
-    comparison_step,
-    pair_step,
-    reference_step,
-    skipped,
-)
+from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
-from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
-from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
+from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
-from kfbot.evaluate.repository_build import Fallback, setup_py_fallback, staged_modules
-from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
-from kfbot.evaluate.staged import StagedModule
-from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure
+from kfbot.evaluate.preparation import Preparation
+from kfbot.evaluate.reach import split_by_launch
+from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
-from kfbot.paths import default_skip, inside
 from kfbot.scan.model import InlineSource
 from kfbot.scan.python_facts import extract_python_facts
 
 JOBS = "kfbot.evaluate.device.jobs"
+REACH_JOB = "kfbot.evaluate.device.reach:reaching"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -63,16 +54,6 @@ class Prepared:
 
     findings: tuple[Finding, ...]
     built: BuildResult | None
-
-
-@dataclass(frozen=True)
-class Captured:
-    """The op's call signatures, and the capture run that found them (None when they
-    were cached, or when there was nothing to run)."""
-
-    signatures: tuple[CallSignature, ...]
-    run: CaptureResult | None = None
-    cached: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,12 +79,9 @@ class Engine:
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
-        self._attempt: tuple[BuildResult, Fallback | None] | None = None
-        self._staged: tuple[StagedModule, ...] | None = None
-        self._real: BuildResult | None = None
-        self._captured: Captured | None = None
-        self._steps: tuple[StepReport, ...] | None = None
-        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self.prep = Preparation(task, self.builder, self.request, settings.cache_dir,
+                                settings.capture_timeout_s)
+        self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
 
@@ -113,8 +91,7 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
-        if self._scratch is not None:
-            self._scratch.cleanup()
+        self.prep.close()
 
     # --- the GPU ---------------------------------------------------------------------
 
@@ -184,7 +161,7 @@ class Engine:
         """The original's build: kfbot's own, or the repository's setup.py build when
         kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
-            built, fallback = self._original_attempt()
+            built, fallback = self.prep.original_attempt()
             if not built.ok and fallback is not None and fallback.ok:
                 built = fallback.result(self.task.build)
             if not built.ok:
@@ -197,95 +174,15 @@ class Engine:
             self._original = built
         return self._original
 
-    def _original_attempt(self) -> tuple[BuildResult, Fallback | None]:
-        """kfbot's build of the original and, where it failed on a setup.py extension,
-        the repository's own build in a scratch copy."""
-        if self._attempt is None:
-            built = self.build(ORIGINAL)
-            fallback = None
-            if not built.ok and self.task.build.kind == "setup_py":
-                fallback = setup_py_fallback(self.task.root, self.task.build,
-                                             Path(self._scratch_dir()))
-            self._attempt = (built, fallback)
-        return self._attempt
-
-    def _scratch_dir(self) -> str:
-        if self._scratch is None:
-            self._scratch = tempfile.TemporaryDirectory(prefix="kfbot-engine-")
-        return self._scratch.name
-
-    def staged(self) -> tuple[StagedModule, ...]:
-        """The original as the repository's tests import it, under its real names."""
-        if self._staged is None:
-            built = self._repository_build()
-            self._staged = staged_modules(self.task.root, self.task.build, built) \
-                if built is not None else ()
-        return self._staged
-
-    def _repository_build(self) -> BuildResult | None:
-        """The original built with the names the repository's code uses: kfbot's build,
-        else the repository's own setup.py build; None when neither built."""
-        if self._real is None:
-            built, fallback = self._original_attempt()
-            if fallback is not None and fallback.ok:
-                self._real = fallback.result(self.task.build)
-            elif built.ok:
-                request = replace(self.request(ORIGINAL), tag="repo", real_names=True)
-                self._real = self.builder.build(request)
-            else:
-                self._real = built
-        return self._real if self._real.ok else None
-
     # --- inputs ----------------------------------------------------------------------
 
     def signatures(self) -> list[CallSignature]:
         """The op's real call signatures, captured once from the repository's tests."""
-        return list(self.captured().signatures)
+        return list(self.prep.captured().signatures)
 
-    def captured(self) -> Captured:
-        if self._captured is None:
-            self._captured = self._load_or_capture()
-        return self._captured
-
-    def _load_or_capture(self) -> Captured:
-        path = self.settings.cache_dir / "signatures" / f"{self._signature_key()}.json"
-        if path.is_file():
-            sigs = [CallSignature.from_json(s) for s in json.loads(path.read_text())]
-            return Captured(tuple(sigs), cached=len(sigs))
-        if not self.task.test_targets and not self.task.script_targets:
-            return Captured(())
-        result = capture_signatures(
-            self.task.root,
-            self.task.test_targets,
-            [self._op_ref()],
-            timeout_s=self.settings.capture_timeout_s,
-            scripts=self.task.script_targets,
-            staged=self.staged(),
-        )
-        sigs = sorted(result.signatures, key=_size, reverse=True)
-        if sigs:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps([s.to_json() for s in sigs]))
-        return Captured(tuple(sigs), result)
-
-    def _op_ref(self) -> OpRef:
-        """The op as the repository's code reaches it (in the real-names build, a
-        namespace named by a macro is the one that macro stands for)."""
-        op = self.task.op
-        if op.kind == "torch_op":
-            real = self._repository_build()
-            names = real.library_namespaces if real is not None else {}
-            return OpRef.parse(f"torch.ops.{names.get(op.module, op.module)}.{op.name}")
-        return OpRef.parse(f"{op.module}.{op.name}")
-
-    def _signature_key(self) -> str:
-        """Captured signatures stay valid while the repository's Python is unchanged:
-        the tests and scripts, and the wrappers they reach the op through."""
-        return content_hash(python_sources(self.task.root),
-                            {"kernel": self.task.kernel_id, "op": str(self.task.op),
-                             "format": str(SIGNATURE_FORMAT)})
-
-    # --- evaluation ------------------------------------------------------------------
+    def prepare_baseline(self) -> tuple[StepReport, ...]:
+        """The baseline's steps before the GPU: pair, build, import, capture, reference."""
+        return self.prep.steps()
 
     def warm(self) -> None:
         """What the first evaluation would pay besides its own work, paid now: the GPU
@@ -297,39 +194,47 @@ class Engine:
         self._original_kernel_names()
         load_rules()
 
-    def prepare_baseline(self) -> tuple[StepReport, ...]:
-        """The baseline's steps before the GPU: pair, build, import, capture, reference."""
-        if self._steps is None:
-            self._steps = tuple(self._cpu_steps())
-        return self._steps
-
-    def _cpu_steps(self) -> Iterator[StepReport]:
-        yield pair_step(self.task)
-        built, fallback = self._original_attempt()
-        build = build_step(self.task, built, fallback.why if fallback and fallback.ok else "")
-        if build.failed and fallback is not None:
-            build = replace(build, summary=f"{build.summary}; the fallback: {fallback.why}",
-                            evidence="\n".join(filter(None, (build.evidence,
-                                                               fallback.evidence()))))
-        yield build
-        if build.failed:
-            yield from skipped("build", ("import", "capture", "reference"))
-            return
-        captured = self.captured()
-        staged = [m.name for m in self.staged()]
-        yield from capture_steps(self.task, captured.run, captured.cached, staged)
-        yield reference_step(self.task)
-
     def baseline(self) -> Evaluation:
         """The original against its reference, step by step: it must pass before
         anything is compared; a failed step is the baseline's answer."""
         self.probe()  # no GPU: say so before spending minutes on builds
         steps = self.prepare_baseline()
         failure = first_failure(steps)
+        if failure is None:
+            steps = self._reaching(steps)
+            failure = first_failure(steps)
         if failure is not None:
             return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
         result = self._run(ORIGINAL, None, bench=False)
         return replace(result, steps=(*steps, comparison_step(result)))
+
+    def _reaching(self, steps: tuple[StepReport, ...]) -> tuple[StepReport, ...]:
+        """Keep the captured calls that launch the kernel under optimization; the
+        capture step says how many were dropped and why."""
+        captured = self.prep.captured()
+        if not captured.signatures or self._reached:
+            return steps
+        self._reached = True
+        job = self.session.call(REACH_JOB, {
+            "op": self.task.op.to_json(), "original": _artifact(self.original()),
+            "signatures": [s.to_json() for s in captured.signatures],
+            "seed": secrets.randbits(48), "sys_path": [str(self.task.root)],
+        }, timeout_s=self.settings.job_timeout_s)
+        if not job.ok or job.value is None:
+            note = StepReport("capture", "warning", f"the kernels each captured call launches "
+                              f"could not be listed ({job.reason}): every call is kept",
+                              job.output_tail[-2000:])
+            return amended(steps, note)
+        reach = split_by_launch(captured.signatures, job.value["launched"],
+                                self.task.kernel_name)
+        self.prep.keep(reach.kept)
+        if reach.none:
+            note = StepReport("capture", "failed", reach.summary(self.task.kernel_name),
+                              suggestion=inputs_snippet(self.task.kernel_id,
+                                                        self.task.kernel_name))
+        else:
+            note = StepReport("capture", "ok", reach.summary(self.task.kernel_name))
+        return amended(steps, note)
 
     def static_check(self, candidate: Candidate) -> list[Finding]:
         """The static anti-cheating rules on the candidate's source, before any build."""
@@ -338,7 +243,7 @@ class Engine:
         return static_findings(static_input(self.task, candidate, self._op_dtypes()))
 
     def _op_dtypes(self) -> list[str]:
-        sigs = self._captured.signatures if self._captured is not None else ()
+        sigs = self.prep.captured().signatures if self.prep.has_captured else ()
         found = {t.dtype for s in sigs for t in s.tensors()}
         return sorted(found | set(self.task.declared_dtypes))
 
@@ -390,12 +295,13 @@ class Engine:
         the tests are unchanged; None when the task has no test to run."""
         if not self.task.test_targets:
             return None
-        path = self.settings.cache_dir / "adequacy" / f"{self._signature_key()}.json"
+        path = self.settings.cache_dir / "adequacy" / f"{self.prep.signature_key()}.json"
         cached = load_cached(path)
         if cached is not None:
             return cached
-        gate = check_adequacy(self.task.root, self.task.test_targets, self._op_ref(),
-                              timeout_s=self.settings.capture_timeout_s)
+        gate = check_adequacy(self.task.root, self.task.test_targets, self.prep.op_ref(),
+                              timeout_s=self.settings.capture_timeout_s,
+                              staged=self.prep.staged())
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
@@ -529,21 +435,6 @@ class Engine:
                       environment=env, timings=timings, findings=_evidence(first, checks))
 
 
-def python_sources(root: Path) -> dict[str, str]:
-    """Every Python file of the repository by path, read as text; links that leave it
-    and build outputs are not followed."""
-    found: dict[str, str] = {}
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if any(default_skip(part) for part in rel.parts[:-1]) or not inside(root, path):
-            continue
-        try:
-            found[rel.as_posix()] = path.read_text(errors="replace")
-        except OSError:
-            continue  # unreadable: it cannot have run either
-    return found
-
-
 def no_reference_finding(task: KernelTask) -> Finding:
     """Every report of a kernel without a reference says so: the original is the judge."""
     why = "; ".join(task.unusable_references) or "the tests name no reference computation"
@@ -568,10 +459,6 @@ def _artifact(result: BuildResult) -> dict[str, Any]:
         "module_name": result.module_name,
         "namespaces": dict(result.library_namespaces),
     }
-
-
-def _size(sig: CallSignature) -> int:
-    return sum(t.numel for t in sig.tensors())
 
 
 def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> Evaluation:
