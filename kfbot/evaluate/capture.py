@@ -393,7 +393,8 @@ class Capture:
 
 
 class _OpProxy:
-    """Stands in for a `torch.ops` packet: calls are recorded, the rest is delegated."""
+    """Stands in for a `torch.ops` packet: calls are recorded, the rest is delegated;
+    an overload (`.default`, `.out`) is a proxy too, recorded as the op."""
 
     def __init__(self, capture: Capture, op: str, packet: AnyCallable) -> None:
         self._capture = capture
@@ -404,10 +405,16 @@ class _OpProxy:
         return self._capture.call(self._op, self._packet, args, kwargs)
 
     def __getattr__(self, name: str) -> object:
-        return getattr(self._packet, name)
+        value = getattr(self._packet, name)
+        if type(value).__name__ == "OpOverload":
+            return _OpProxy(self._capture, self._op, value)
+        return value
 
     def __repr__(self) -> str:
         return repr(self._packet)
+
+    def __str__(self) -> str:
+        return str(self._packet)
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
