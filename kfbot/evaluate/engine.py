@@ -30,11 +30,13 @@ from kfbot.anticheat.static import static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Check, Evaluation, Stage, failed, shape_timings
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
+from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.task import KernelTask
@@ -307,8 +309,19 @@ class Engine:
         return gate
 
     def finalist(self, candidate: Candidate) -> FinalistResult:
-        """The repository's own build and reference tests, against the candidate."""
-        return run_finalist(self.task, candidate)
+        """The repository's own build and reference tests, against the candidate. A
+        kernel-builder repository's tests get kfbot's build of it: no builder runs here."""
+        if not is_kernel_builder(self.task.build):
+            return run_finalist(self.task, candidate)
+        request = replace(self.request(candidate), tag=f"{candidate.short}r", real_names=True)
+        built = self.builder.build(request)
+        if not built.ok:
+            first = next((d.message for d in built.diagnostics if d.severity == "error"),
+                         f"stopped at the {built.stage} stage")
+            return FinalistResult(False, f"kfbot's build of the candidate failed: {first}",
+                                  (), built.seconds, "")
+        staged = staged_modules(Path("."), self.task.build, built)
+        return run_finalist(self.task, candidate, staged=staged)
 
     def evaluate_many(self, candidates: Sequence[Candidate], bench: bool = True
                       ) -> Iterator[tuple[Candidate, Evaluation]]:
