@@ -10,7 +10,9 @@ CPU-only machine; one builder cache serves the whole module.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -149,7 +151,7 @@ def test_a_build_that_fails_names_the_file_and_line(tmp_path: Path, cache: Path)
     assert "csrc/twice.cpp:2:" in build.evidence
     # kfbot's build failed, so the repository's setup.py was tried in a scratch copy.
     assert "kfbot must not run this setup.py" in build.evidence
-    assert "kind: load" in build.suggestion and "sources: [csrc/twice.cpp]" in build.suggestion
+    assert "kind: setup_py" in build.suggestion and "sources: [csrc/twice.cpp]" in build.suggestion
     assert [steps[s].outcome for s in ("import", "capture", "reference")] == ["skipped"] * 3
 
 
@@ -177,3 +179,55 @@ def test_no_reference_is_a_warning_that_names_the_fallback(repo: Path, cache: Pa
     assert "checked against the original, no independent reference" in step.summary
     assert "uses no argument" in step.evidence
     assert 'reference: "tests.reference:op_reference"' in step.suggestion
+
+
+# --- bad input: each reported with its step and evidence, in time, nothing left running
+
+
+def test_a_script_that_needs_a_gpu_it_does_not_find(tmp_path: Path, cache: Path) -> None:
+    files = {**FILES, "scripts/check.py": FILES["scripts/check.py"].replace(
+        "if __name__ == '__main__':\n",
+        "if __name__ == '__main__':\n    import torch\n    if not torch.cuda.is_available():\n"
+        "        sys.exit('check.py needs a CUDA GPU')\n")}
+    task = task_for(make_repo(tmp_path, files), test_targets=())
+    capture = steps_of(task, cache)["capture"]
+    assert capture.outcome == "failed"
+    assert "the script scripts/check.py exited with code 1" in capture.summary
+    assert capture.evidence.splitlines()[-1] == "check.py needs a CUDA GPU"
+
+
+def test_a_test_suite_that_hangs_is_stopped_at_the_time_limit(
+    tmp_path: Path, cache: Path
+) -> None:
+    pid_file = tmp_path / "hung.pid"
+    files = {**FILES, "tests/test_twice.py": (
+        "import os, time\nfrom pkg import fused_twice\n\n\ndef test_twice():\n"
+        "    assert fused_twice(1.5) == 3.0\n\n\ndef test_hangs():\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n")}
+    task = task_for(make_repo(tmp_path / "repo", files), test_targets=("tests/test_twice.py",),
+                    script_targets=())
+    started = time.monotonic()
+    with Engine(task, EngineSettings(cache_dir=cache, capture_timeout_s=15)) as engine:
+        steps = {s.step: s for s in engine.prepare_baseline()}
+    assert time.monotonic() - started < 90
+    capture = steps["capture"]
+    # What the first test recorded before the second hung is kept, and said.
+    assert capture.outcome == "warning"
+    assert capture.summary.startswith("1 call signature from 1 call (pytest "
+                                      "tests/test_twice.py did not finish in")
+    assert "kept what was recorded before pytest tests/test_twice.py stopped" in capture.summary
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_package_whose_import_prints_megabytes(tmp_path: Path, cache: Path) -> None:
+    files = {**FILES, "pkg/__init__.py": "import sys\nwhile True:\n"
+                                         "    sys.stdout.write('import noise ' * 300 + '\\n')\n"}
+    task = task_for(make_repo(tmp_path, files), script_targets=())
+    started = time.monotonic()
+    capture = steps_of(task, cache)["capture"]
+    assert time.monotonic() - started < 60
+    assert capture.outcome == "failed"
+    assert "the tests were killed for writing more than 64 MiB of output" in capture.summary
+    assert capture.evidence.splitlines()[-1].startswith("import noise import noise")
+    assert len(capture.evidence) < 8192

@@ -24,7 +24,10 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", type=int, default=None, help="GPU index (default: the first)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_const", const="json", dest="format")
-    fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    fmt.add_argument("--format", choices=("table", "json", "markdown"))
+    # On the parser, not the option: the first of two options sharing a dest would
+    # set its own default (None), and tables went to stderr.
+    p.set_defaults(format="table")
 
 
 def kernel_task(args: argparse.Namespace) -> KernelTask:

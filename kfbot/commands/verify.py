@@ -12,6 +12,7 @@ from kfbot.commands.common import add_kernel_arguments, candidate_of, kernel_tas
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate import report
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.steps import first_failure
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         if args.explain:
             before = engine.prepare_baseline()
             report.print_steps(before, console)
+            if first_failure(before) is not None:
+                return EXIT_FAILURE  # the answer is known; the GPU is not needed for it
         base = engine.baseline()
         if args.explain:
             report.print_steps(base.steps[len(before):], console)

@@ -39,7 +39,8 @@ def pair_step(task: KernelTask) -> StepReport:
                                                                 "script")]
         found = " and ".join(c for c in counts if not c.startswith("0 "))
         shown = ", ".join(runs[:4]) + (" ..." if len(runs) > 4 else "")
-        return StepReport("pair", "ok", f"{found} call the op: {shown}")
+        verb = "calls" if len(runs) == 1 else "call"
+        return StepReport("pair", "ok", f"{found} {verb} the op: {shown}")
     if task.declared_shapes or task.inputs_ref:
         return StepReport("pair", "ok", "no test or script reaches the op; the task "
                           "declares its inputs")
@@ -55,7 +56,7 @@ def build_step(task: KernelTask, built: BuildResult, fallback: str = "") -> Step
     not (then the tests and the baseline use that build; candidates cannot be built)."""
     recipe = task.build
     where = f"{recipe.kind} {recipe.name} ({recipe.file}:{recipe.line})"
-    snippet = build_snippet(task.kernel_id, task.kernel_name, recipe.name, recipe.sources)
+    snippet = build_snippet(task.kernel_id, task.kernel_name, recipe)
     if built.ok:
         done = f"{built.compiled} compiled, {built.reused} from the cache"
         return StepReport("build", "ok", f"{where}: built ({done})")
@@ -117,8 +118,7 @@ def _import_line(tail: str) -> str:
 
 def _import_suggestion(task: KernelTask) -> str:
     if task.build.kind == "setup_py":
-        return build_snippet(task.kernel_id, task.kernel_name, task.build.name,
-                             task.build.sources)
+        return build_snippet(task.kernel_id, task.kernel_name, task.build)
     return inputs_snippet(task.kernel_id, task.kernel_name)
 
 

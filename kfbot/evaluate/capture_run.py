@@ -263,7 +263,7 @@ def _run_error(run: ProcessRun) -> str:
     if ran.timed_out:
         return f"the tests did not finish in {ran.seconds:.0f} s and were killed"
     if ran.flooded:
-        return f"the tests {ran.how()}"
+        return f"the tests were killed for writing more than {ran.output_cap >> 20} MiB of output"
     return f"the tests failed (pytest exit code {ran.exit_code})"
 
 

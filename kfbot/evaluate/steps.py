@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kfbot.scan.model import BuildRecipe
+
 StepName = Literal["pair", "build", "import", "capture", "reference", "comparison"]
 Outcome = Literal["ok", "warning", "failed", "skipped"]
 
@@ -55,15 +57,17 @@ def _task_head(kernel_id: str, name: str) -> list[str]:
     return ["tasks:", f"  - name: {name}", f"    kernel: {kernel_id}"]
 
 
-def build_snippet(kernel_id: str, name: str, extension: str, sources: tuple[str, ...]) -> str:
-    listed = ", ".join(sources) if sources else "csrc/op.cpp, csrc/op_kernel.cu"
+def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe) -> str:
+    listed = ", ".join(recipe.sources) if recipe.sources else "csrc/op.cpp, csrc/op_kernel.cu"
+    kind = recipe.kind if recipe.kind in ("load", "load_inline", "setup_py") else "load"
+    flags = ", ".join(f'"{f}"' for f in recipe.extra_cuda_cflags) or '"-O3"'
     return "\n".join([
         *_task_head(kernel_id, name),
         "    build:",
-        "      kind: load                  # load | load_inline | setup_py",
-        f"      name: {extension}",
+        f"      kind: {kind}                  # load | load_inline | setup_py",
+        f"      name: {recipe.name}",
         f"      sources: [{listed}]",
-        '      extra_cuda_cflags: ["-O3"]  # every flag the repository passes',
+        f"      extra_cuda_cflags: [{flags}]  # every flag the repository passes",
     ])
 
 
