@@ -181,3 +181,17 @@ def test_a_literal_argument_is_a_parameter_of_the_reference(tmp_path: Path) -> N
     assert belongs(spec.to_json(), 2, 2, ())  # declared inputs: no test to tell by
     script = reference_spec(tmp_path, _ref(kind="script", test="<module>", reference="x"))
     assert isinstance(script, ReferenceSpec) and script.tests == ("tests/test_op.py",)
+
+
+def test_a_function_named_as_the_reference_is_called_with_the_op_s_arguments(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "main.py").write_text(
+        "import torch\n\ndef swish_ref(x):\n    return x * torch.sigmoid(x)\n\n"
+        "if __name__ == '__main__':\n    x = torch.randn(8)\n    out = ext.swish(x)\n"
+        "    ref = swish_ref(x)\n    assert torch.allclose(out, ref)\n")
+    spec = reference_spec(tmp_path, _ref(file="main.py", test="<module>", kind="script",
+                                         op="ext.swish", reference="swish_ref", line=8))
+    assert isinstance(spec, ReferenceSpec) and spec.source == "lambda x: swish_ref(x)"
+    torch = __import__("torch")
+    assert float(_run(spec, torch.zeros(1))) == 0.0  # type: ignore[arg-type]

@@ -165,6 +165,10 @@ def reference_step(task: KernelTask) -> StepReport:
 
 def comparison_step(result: Evaluation) -> StepReport:
     if result.ok:
+        unreferenced = next((f for f in result.findings if f.check == "no-reference"), None)
+        if unreferenced is not None:
+            return StepReport("comparison", "warning", f"{result.reason}, against the original "
+                              f"itself: {unreferenced.evidence}")
         return StepReport("comparison", "ok", result.reason)
     tail = next((dict(d.details).get("output_tail", "") for d in result.diagnostics
                  if d.stage == "runtime"), "")

@@ -349,7 +349,7 @@ class Engine:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
-        if not self.task.references:
+        if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
@@ -449,8 +449,13 @@ class Engine:
 
 
 def no_reference_finding(task: KernelTask) -> Finding:
-    """Every report of a kernel without a reference says so: the original is the judge."""
-    why = "; ".join(task.unusable_references) or "the tests name no reference computation"
+    """Every report of a kernel checked without a reference says so: the original was
+    the judge."""
+    if task.references:
+        why = ("no carried reference takes the op's own arguments (a test's reference is "
+               "written over the arguments of the function it calls, a wrapper of the op)")
+    else:
+        why = "; ".join(task.unusable_references) or "the tests name no reference computation"
     return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
 
 

@@ -101,7 +101,8 @@ def _lambda(
     params = [a.id if isinstance(a, ast.Name) else f"_a{i}" for i, a in enumerate(call.args)]
     if len(set(params)) != len(params):
         return Unusable(f"the op call {ast.unparse(call)} repeats an argument")
-    expr = _literals_as_parameters(ast.parse(ref.reference or "", mode="eval").body, call)
+    parsed = _called(ast.parse(ref.reference or "", mode="eval").body, module, params)
+    expr = _literals_as_parameters(parsed, call)
     source = f"lambda {', '.join(params)}: {expr}" if params else f"lambda: {expr}"
     # The op as the test reaches it; a torch op's root is torch itself, found by text.
     forbidden = set() if ref.op.startswith("torch.ops.") else {ref.op.split(".")[0]}
@@ -115,6 +116,19 @@ def _lambda(
     return ReferenceSpec(source=source, imports=carried.imports,
                          description=f"{ref.reference} from {ref.file}:{ref.line}",
                          definitions=carried.definitions, tests=(_test_id(ref),))
+
+
+def _called(expr: ast.expr, module: ast.Module, params: list[str]) -> ast.expr:
+    """`swish_ref` named as the reference, a function the module defines, is that
+    function called with the op's arguments (`ref = swish_ref(x)` compared later is
+    named by its function)."""
+    if not isinstance(expr, ast.Name):
+        return expr
+    defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == expr.id
+                  for n in ast.walk(module))
+    if not defined:
+        return expr
+    return ast.Call(expr, [ast.Name(p, ast.Load()) for p in params], [])
 
 
 def _test_id(ref: ReferenceTest) -> str:
