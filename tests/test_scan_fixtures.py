@@ -169,10 +169,15 @@ def test_templated_headers(capsys: pytest.CaptureFixture[str]) -> None:
     assert fwd["builds"][0]["include_dirs"] == ["include"]
     assert tunables(fwd) == {("kScaleThreads", "256", "constexpr", ()),
                              ("VEC", "1", "template_arg", ("1", "4"))}
+    # test_scale_autograd reaches both through `scale` -> Scale.apply: forward through
+    # its output, backward through x.grad.
     assert references(fwd) == [
         ("tests/test_scale.py", 22, "test_scale_forward", "x * alpha"),
-        ("tests/test_scale.py", 35, "test_scale_forward_on_side_stream", "x * alpha")]
-    assert references(bwd) == [("tests/test_scale.py", 43, "test_scale_backward", "grad * alpha")]
+        ("tests/test_scale.py", 35, "test_scale_forward_on_side_stream", "x * alpha"),
+        ("tests/test_scale.py", 54, "test_scale_autograd", "x.detach() * 1.5")]
+    assert references(bwd) == [("tests/test_scale.py", 43, "test_scale_backward", "grad * alpha"),
+                               ("tests/test_scale.py", 55, "test_scale_autograd", "grad * 1.5")]
+    assert [r["backward"] for r in bwd["references"]] == [False, True]
     assert fwd["editable_files"] == ["csrc/scale_forward.cu", "include/scale.cuh"]
 
 
@@ -251,3 +256,110 @@ def test_hostile_files_are_reported_and_the_scan_goes_on(
     assert problems[("broken.cu", "warning")]["line"] == 6
     assert problems[("bad_syntax.py", "warning")]["line"] == 7
     assert "binary" in problems[("junk.cu", "warning")]["message"]
+
+
+# --- the real-world layouts ---------------------------------------------------------------
+
+
+def _reference_files(k: Report) -> list[str]:
+    return sorted({r["file"] for r in k["references"]})
+
+
+def test_pkg_chain_follows_wrappers_across_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("pkg_chain", capsys)
+    fwd = ks["csrc/gelu.cu::fusedact::gelu_fwd_kernel"]
+    bwd = ks["csrc/gelu.cu::fusedact::gelu_bwd_kernel"]
+    swiglu = ks["csrc/swiglu.cu::fusedact::swiglu_kernel"]
+    assert bindings(fwd) == [("pybind11", "fusedact._C", "gelu_fwd")]
+    assert [(r["file"], r["line"], r["test"], r["backward"]) for r in fwd["references"]] == [
+        ("tests/test_gelu.py", 15, "test_fused_gelu_matches_torch", False),
+        ("tests/test_gelu_tanh.py", 14, "test_gelu_tanh_partial", False),
+        ("tests/test_gelu_tanh.py", 24, "test_gelu_module", False),
+        ("tests/test_gelu_tanh.py", 25, "test_gelu_module", False)]
+    assert [(r["line"], r["backward"]) for r in bwd["references"]] == [(26, True)]
+    assert [(r["file"], r["line"]) for r in swiglu["references"]] == [
+        ("tests/test_swiglu.py", 23), ("tests/test_swiglu.py", 30)]
+    first = fwd["references"][0]
+    assert first["helper"] == "check (tests/conftest.py:11)"
+    assert [(s["kind"], s["name"]) for s in first["chain"]] == [
+        ("test", "test_fused_gelu_matches_torch calls fused_gelu"),
+        ("python", "fusedact.functional.fused_gelu"),
+        ("python", "fusedact._autograd.GeluFunction.forward"),
+        ("binding", "fusedact._C.gelu_fwd -> gelu_forward"),
+        ("host", "gelu_forward calls fusedact::launch_gelu_fwd"),
+        ("launch", "fusedact::launch_gelu_fwd launches gelu_fwd_kernel"),
+        ("kernel", "fusedact::gelu_fwd_kernel")]
+    assert swiglu["references"][1]["chain"][1]["name"] == "fusedact.layers.GatedActivation.swiglu"
+    (build,) = fwd["builds"]
+    assert (build["kind"], build["name"], build["extension_class"]) == (
+        "setup_py", "fusedact._C", "CUDAExtension")
+    assert build["sources"] == ["csrc/bindings.cpp", "csrc/gelu.cu", "csrc/swiglu.cu"]
+    assert build["extra_cuda_cflags"] == [
+        "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__", "-gencode", "arch=compute_80,code=sm_80",
+        "-gencode", "arch=compute_90,code=sm_90"]
+    (why,) = build["cannot_tell"]
+    assert why.startswith("setup.py:29: `Ext = CUDAExtension if with_cuda else CppExtension`")
+
+
+def test_torch_ops_multi_pairs_each_kernel_with_its_own_op(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("torch_ops_multi", capsys)
+    assert len(ks) == 10
+    for k in ks.values():
+        (op,) = {b["name"] for b in k["bindings"]}
+        assert _reference_files(k) == [f"tests/test_{op}.py"], k["id"]
+    clamp = ks["csrc/clamp.cu::clamp_cluster_kernel"]
+    assert (clamp["attributes"], clamp["preprocessor"]) == (
+        ["__cluster_dims__(2, 1, 1)"], ["#if KFOPS_USE_CLUSTERS"])
+    assert ks["csrc/clamp.cu::kfops_clamp_kernel"]["extern_c"]
+    warp = ks["csrc/rowmax.cu::kfops::rowmax::rowmax_warp_kernel"]
+    assert warp["attributes"] == ["__maxnreg__(64)"]
+    (dispatch,) = warp["dispatch"]
+    assert (dispatch["op"], dispatch["conditions"], dispatch["by"]) == (
+        "kfops.rowmax", ["case at::kFloat of switch (xc.scalar_type())"], ["dtype"])
+    naive = ks["csrc/softplus.cu::kfops::softplus::softplus_naive_kernel"]
+    (choice,) = naive["dispatch"]
+    assert (choice["conditions"], choice["arguments"], choice["by"]) == (
+        ["if (algo == 0)"], ["algo"], ["argument"])
+    (site,) = naive["launch_sites"]
+    assert (site["line"], site["macro"]) == (30, "KFOPS_LAUNCH_1D (csrc/launch.cuh:9)")
+    rms = ks["csrc/rmsnorm.cu::kfops::rmsnorm::rmsnorm_kernel"]
+    assert rms["params"][0]["type"] == "const __grid_constant__ RowParams"
+    assert [(b["module"], b["dispatch_key"], b["reaches"]) for b in rms["bindings"]] == [
+        ("kfops", None, []), ("kfops", "CUDA", ["kfops::rmsnorm::launch"])]
+    assert [(b["line"], b["dispatch_key"]) for b in
+            ks["csrc/softplus.cu::kfops::softplus::softplus_kernel"]["bindings"]] == [
+        (59, None), (60, "CUDA")]
+
+
+def test_script_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("script_reference", capsys)
+    (swish,) = ks["csrc/activations.cu::swish_kernel"]["references"]
+    (mish,) = ks["csrc/activations.cu::mish_kernel"]["references"]
+    assert (swish["file"], swish["kind"], swish["mismatch_signal"], swish["reference"]) == (
+        "main.py", "script", "exit_status", "swish_ref")
+    assert (mish["file"], mish["comparison"], mish["mismatch_signal"]) == (
+        "bench.py", "print", "printed")
+    assert mish["confidence"] < swish["confidence"] and "compares by printing" in mish["why"]
+    for k in ks.values():
+        assert [(b["kind"], b["name"]) for b in k["builds"]] == [
+            ("load", "script_act"), ("load", "script_act")]
+        assert k["builds"][0]["sources"] == ["csrc/activations.cpp", "csrc/activations.cu"]
+
+
+def test_kernel_builder_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    ks = kernels("kernel_builder", capsys)
+    assert sorted(ks) == ["kb_norm/fused_add_rms_norm.cu::kb_norm::fused_add_rms_norm_kernel",
+                          "kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
+    for k in ks.values():
+        (op,) = {b["name"] for b in k["bindings"]}
+        assert {b["module"] for b in k["bindings"]} == {"kb_norm"}
+        assert [(b["kind"], b["name"], b["package_dir"]) for b in k["builds"]] == [
+            ("kernel_builder", "kb_norm", "torch-ext/kb_norm")]
+        assert _reference_files(k) == [f"tests/test_{op}.py"]
+    rms = ks["kb_norm/rms_norm.cu::kb_norm::rms_norm_kernel"]
+    assert [r["line"] for r in rms["references"]] == [18, 27]
+    layer = rms["references"][1]
+    assert [s["name"] for s in layer["chain"][:2]] == [
+        "test_rms_norm_layer calls layer", "kb_norm.layers.RMSNorm.forward"]

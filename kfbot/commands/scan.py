@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.scan.explain import explain
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import json_text, print_table, to_markdown
 from kfbot.scan.scanner import paused_gc, scan
@@ -27,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--config", type=Path, help="config file (default: kfbot.yaml if present)")
     p.add_argument("--kernel", action="append", default=[],
                    help="show only this kernel (name, ns::name or file::name); repeatable")
+    p.add_argument("--explain", metavar="KERNEL",
+                   help="print how the scan reached this kernel from its tests (each link with "
+                        "file:line), or the first link it could not follow and why")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_const", const="json", dest="format",
                      help="print the JSON report (schema: kfbot/schemas/scan-v1.json)")
@@ -42,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     # cyclic collector would only walk them again and again while it is written.
     with paused_gc():
         report = _scan_with_progress(root, config, args.jobs)
+        if args.explain:
+            sys.stdout.write(explain(report, select_kernel(report.kernels, args.explain)))
+            return EXIT_OK
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
             report = dataclasses.replace(report, kernels=tuple(chosen))

@@ -6,13 +6,9 @@ from collections import defaultdict
 from dataclasses import replace
 
 from kfbot.scan.cuda_facts import NUMBER
-from kfbot.scan.link import (
-    Linker,
-    inline_bindings,
-    match_reference,
-    module_names,
-    torch_extension_module,
-)
+from kfbot.scan.dispatch import dispatches
+from kfbot.scan.kernel_paths import BoundPath, Reach
+from kfbot.scan.link import Linker, inline_bindings, torch_extension_module
 from kfbot.scan.model import (
     Binding,
     BuildRecipe,
@@ -20,36 +16,46 @@ from kfbot.scan.model import (
     Kernel,
     KernelDef,
     LaunchSite,
-    ReferenceTest,
     Tunable,
 )
+from kfbot.scan.pairing import attach_references
 
 
 def assemble(linker: Linker) -> list[Kernel]:
     launches = _launches_by_kernel(linker)
     bindings = _all_bindings(linker)
-    bound = _BindingIndex(bindings)
+    reach = Reach(linker, [b for b in bindings if b.cpp_function or b.reaches])
+    schemas = [b for b in bindings if b.cpp_function is None and b.kind == "torch_library"]
     facts_by_file: dict[str, list[CudaFileFacts]] = defaultdict(list)
     for f in linker.cuda:
         facts_by_file[f.file].append(f)
     kernels = []
+    paths: list[tuple[str, BoundPath]] = []
+    by_kernel: dict[str, dict[Binding, BoundPath]] = {}
     for kdef in linker.kernels:
         sites = tuple(launches.get(kdef, ()))
         builds = _builds(linker, kdef, sites)
-        kernels.append(Kernel(
+        bound = reach.paths(sites)
+        kernel = Kernel(
             definition=kdef,
             launch_sites=sites,
-            bindings=tuple(_bindings_for(linker, sites, bound)),
+            bindings=tuple(_with_schemas([p.binding for p in bound], schemas)),
             builds=tuple(builds),
             tunables=_tunables(linker, kdef, sites, builds, facts_by_file),
             editable_files=tuple(sorted({kdef.file, *(s.file for s in sites)})),
-        ))
-    return _attach_references(linker, kernels, bindings)
+        )
+        kernels.append(kernel)
+        paths += [(kernel.id, p) for p in bound]
+        by_kernel[kernel.id] = {p.binding: p for p in bound}
+    chosen = dispatches(paths, linker.graph.defined)
+    kernels = [replace(k, dispatch=tuple(chosen[k.id])) if k.id in chosen else k
+               for k in kernels]
+    return attach_references(linker, kernels, bindings, by_kernel)
 
 
 def _launches_by_kernel(linker: Linker) -> dict[KernelDef, list[LaunchSite]]:
     out: dict[KernelDef, list[LaunchSite]] = defaultdict(list)
-    for facts in linker.cuda:
+    for facts in [*linker.cuda, *linker.expanded]:
         for site in facts.launches:
             for kdef in linker.resolve_launch(site):
                 out[kdef].append(site)
@@ -58,7 +64,14 @@ def _launches_by_kernel(linker: Linker) -> dict[KernelDef, list[LaunchSite]]:
 
 def _all_bindings(linker: Linker) -> list[Binding]:
     found = [b for f in linker.cuda for b in f.bindings] + inline_bindings(linker.builds)
-    return [torch_extension_module(b, linker.builds_of(b.file)) for b in found]
+    return [torch_extension_module(_aliased(linker, b), linker.builds_of(b.file))
+            for b in found]
+
+
+def _aliased(linker: Linker, binding: Binding) -> Binding:
+    """`TORCH_LIBRARY_EXPAND(KFOPS_NAMESPACE, m)` registers the namespace the macro names."""
+    value = linker.alias(binding.module, binding.file) if binding.module.isupper() else None
+    return replace(binding, module=value) if value is not None else binding
 
 
 def _builds(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...]) -> list[BuildRecipe]:
@@ -70,39 +83,11 @@ def _builds(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...]) -> l
     return list(seen.values())
 
 
-class _BindingIndex:
-    """The bindings by the last part of the function they bind, in report order.
-
-    Each kernel asks for the few bindings of its launchers' callers; scanning every
-    binding for every kernel would be quadratic in the size of the repository.
-    """
-
-    def __init__(self, bindings: list[Binding]) -> None:
-        self.by_function: dict[str, list[tuple[int, Binding]]] = defaultdict(list)
-        for i, b in enumerate(bindings):
-            if b.cpp_function:
-                self.by_function[b.cpp_function.rsplit("::", 1)[-1]].append((i, b))
-        self.schemas = [b for b in bindings if b.cpp_function is None
-                        and b.kind == "torch_library"]
-
-    def of_functions(self, names: set[str]) -> list[Binding]:
-        found = [pair for n in names for pair in self.by_function.get(n, ())]
-        found.sort(key=lambda pair: pair[0])
-        return [b for _, b in found]
-
-
-def _bindings_for(linker: Linker, sites: tuple[LaunchSite, ...],
-                  index: _BindingIndex) -> list[Binding]:
-    launchers = {s.host_function for s in sites if s.host_function}
-    if not launchers:
-        return []
-    reach = linker.reaching_functions(launchers)
-    launch_files = {s.file for s in sites}
-    bound = [b for b in index.of_functions(reach)
-             if any(linker.related(b.file, f) for f in launch_files)]
+def _with_schemas(bound: list[Binding], schemas: list[Binding]) -> list[Binding]:
+    """The bound functions, after the schemas (`m.def("op(Tensor x) -> Tensor")`) of
+    the ops they implement."""
     ops = {(b.module, b.name) for b in bound}
-    schemas = [b for b in index.schemas if (b.module, b.name) in ops]
-    return schemas + bound
+    return [b for b in schemas if (b.module, b.name) in ops] + bound
 
 
 def _tunables(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...],
@@ -147,23 +132,3 @@ def _launch_tunables(sites: tuple[LaunchSite, ...]) -> list[Tunable]:
                 out.append(Tunable(name=name, value=value, kind="launch_config", file=s.file,
                                    line=s.line))
     return out
-
-
-def _attach_references(linker: Linker, kernels: list[Kernel],
-                       bindings: list[Binding]) -> list[Kernel]:
-    # Grouped by op name: a reference only ever pairs with bindings of the name it calls.
-    candidates: dict[str, list[tuple[Binding, set[str]]]] = defaultdict(list)
-    for b in bindings:
-        candidates[b.name].append((b, module_names(b, linker.builds_of(b.file))))
-    holders: dict[Binding, list[int]] = defaultdict(list)
-    for i, k in enumerate(kernels):
-        for b in k.bindings:
-            holders[b].append(i)
-    refs: dict[int, dict[tuple[str, int, str], ReferenceTest]] = defaultdict(dict)
-    for facts in linker.python:
-        for ref in facts.references:
-            for binding, paired in match_reference(ref, candidates.get(ref.op_name, [])):
-                for i in holders.get(binding, ()):
-                    refs[i].setdefault((paired.file, paired.line, paired.op), paired)
-    return [replace(k, references=tuple(refs[i].values())) if i in refs else k
-            for i, k in enumerate(kernels)]

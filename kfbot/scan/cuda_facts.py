@@ -1,8 +1,11 @@
-"""Per-file facts from CUDA/C++ source: kernels, launches, bindings, tunables.
+"""Per-file facts from CUDA/C++ source: kernels, launches, bindings, tunables, calls.
 
 Everything is read off the tree-sitter CUDA parse with compiled queries, so the
 work per node happens in C; Python only visits the matches. Names are kept as
 written (with their namespace scope) and resolved across files by `link`.
+The work is shared with `cuda_attrs` (attributes the grammar does not know),
+`cuda_bindings`, `cuda_calls` (host functions and calls), `cuda_conditions` (the
+branches a launch is under) and `cuda_macros` (launches written in macros).
 """
 
 from __future__ import annotations
@@ -11,11 +14,21 @@ import bisect
 import re
 from collections.abc import Iterable
 
+from kfbot.scan import cuda_bindings, cuda_calls, cuda_conditions, cuda_macros
 from kfbot.scan import treesitter as tsx
+from kfbot.scan.cuda_attrs import Attribute, attributes_between, blank_attributes
+from kfbot.scan.cuda_conditions import Conditions
+from kfbot.scan.cuda_syntax import (
+    compact,
+    declarator_name,
+    expr,
+    param_decls,
+    params_node,
+    split_template,
+    strip,
+)
 from kfbot.scan.model import (
-    Binding,
     CudaFileFacts,
-    HostCall,
     KernelDef,
     LaunchSite,
     Param,
@@ -32,22 +45,14 @@ LAUNCH_Q = """(call_expression function: (_) @callee (kernel_call_syntax) @cfg
   arguments: (argument_list) @args) @call"""
 LAUNCH_API_Q = """(call_expression function: (identifier) @api arguments: (argument_list) @args
   (#match? @api "^cuda(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel)(_ptsz)?$")) @call"""
-CALL_Q = """(call_expression function: [(identifier) (qualified_identifier) (template_function)]
-  @callee) @call"""
 DEFINE_Q = "(preproc_def name: (identifier) @name value: (preproc_arg) @value) @def"
 CONST_Q = """(declaration declarator: (init_declarator declarator: (identifier) @name
   value: (number_literal) @value)) @decl"""
 INCLUDE_Q = "(preproc_include path: (string_literal) @path)"
 USING_Q = '(using_declaration "namespace" (_) @ns)'
-BINDING_Q = """(function_definition declarator: (function_declarator declarator: (identifier) @macro
-  parameters: (parameter_list) @params) body: (compound_statement) @body
-  (#match? @macro "^(PYBIND11_MODULE|TORCH_LIBRARY|TORCH_LIBRARY_IMPL|TORCH_LIBRARY_FRAGMENT)$"))"""
-MEMBER_CALL_Q = """(call_expression function: (field_expression argument: (identifier) @obj
-  field: (field_identifier) @method) arguments: (argument_list) @args) @call"""
 ASSIGN_Q = """[(init_declarator declarator: (_) @target value: (_) @value)
   (assignment_expression left: (identifier) @target right: (_) @value)]"""
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SPACE = re.compile(r"\s")  # the characters str.split() splits on
 CPP_KEYWORDS = frozenset({
     "if", "else", "for", "while", "do", "return", "int", "float", "double", "void", "const",
     "unsigned", "char", "bool", "auto", "struct", "class", "template", "typename", "static",
@@ -59,20 +64,19 @@ TEMPLATE_Q = """(template_declaration parameters: (template_parameter_list) @par
   (function_definition) @fn)"""
 IFNDEF_Q = """(preproc_ifdef "#ifndef" name: (identifier) @guard
   (preproc_def name: (identifier) @name) @def)"""
+LINKAGE_Q = "(linkage_specification) @l"
 # Compiling a query costs tens of ms in every process (more than matching it on a file),
 # but a pattern added to a query costs a few: all patterns but ASSIGN_Q (seldom needed)
 # are one query, matched once per file; the matches inside one node are taken from it.
-FILE_PATTERNS = (KERNEL_Q, FUNCTION_Q, LAUNCH_Q, LAUNCH_API_Q, CALL_Q, DEFINE_Q, CONST_Q,
-                 INCLUDE_Q, USING_Q, BINDING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, MEMBER_CALL_Q)
+FILE_PATTERNS = (KERNEL_Q, FUNCTION_Q, LAUNCH_Q, LAUNCH_API_Q, DEFINE_Q, CONST_Q, INCLUDE_Q,
+                 USING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, LINKAGE_Q, *cuda_bindings.PATTERNS,
+                 *cuda_calls.PATTERNS, *cuda_conditions.PATTERNS, *cuda_macros.PATTERNS)
 INT_TYPES = frozenset({
     "int", "unsigned", "unsigned int", "long", "long long", "short", "size_t", "int32_t",
     "int64_t", "uint32_t", "uint64_t", "index_t",
 })
 NUMBER = re.compile(r"^\(?\s*-?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\s*\)?$")
-# Calls that only re-type their argument: `&f` inside is the function being bound/launched.
-CAST_FUNCTIONS = frozenset({"reinterpret_cast", "static_cast", "const_cast", "overload_cast",
-                            "TORCH_FN"})
-_WRAPPERS = frozenset({"cast_expression", "parenthesized_expression", "pointer_expression"})
+_NAME_VALUE = re.compile(r"^[A-Za-z_]\w*$")
 _FILE_QUERY = "\n".join(FILE_PATTERNS)
 
 
@@ -83,23 +87,28 @@ def compile_queries() -> None:
 
 def extract_cuda_facts(rel_path: str, source: bytes, line_offset: int = 0) -> CudaFileFacts:
     """Read one CUDA/C++ source. `line_offset` shifts lines for code held in Python strings."""
-    tree = tsx.parse_cuda(source)
+    parsed, attributes = blank_attributes(source)
+    tree = tsx.parse_cuda(parsed)
     root = tree.root_node
-    ctx = _Ctx(rel_path, line_offset, root, source)
+    ctx = Ctx(rel_path, line_offset, root, parsed, attributes)
     return CudaFileFacts(
         file=rel_path,
         kernels=tuple(_kernel(ctx, m["fn"]) for m in ctx.found(KERNEL_Q)),
-        launches=tuple(_launches(ctx, root)),
-        bindings=tuple(_bindings(ctx, root)),
-        tunables=tuple(_tunables(ctx, root)),
+        launches=tuple(_launches(ctx)),
+        bindings=tuple(cuda_bindings.bindings(ctx)),
+        tunables=tuple(_tunables(ctx)),
         includes=tuple(tsx.text(m["path"]).strip('"') for m in ctx.found(INCLUDE_Q)),
-        host_calls=tuple(_host_calls(ctx, root)),
-        using_namespaces=tuple(_compact(tsx.text(m["ns"])) for m in ctx.found(USING_Q)),
+        host_calls=tuple(cuda_calls.host_calls(ctx)),
+        using_namespaces=tuple(compact(tsx.text(m["ns"])) for m in ctx.found(USING_Q)),
         problems=tuple(_syntax_problems(ctx, tree)),
+        functions=tuple(cuda_calls.host_functions(ctx)),
+        macros=tuple(cuda_macros.macro_defs(ctx)),
+        macro_uses=tuple(cuda_macros.macro_uses(ctx, ctx.found(cuda_calls.CALL_Q))),
+        aliases=tuple(_aliases(ctx)),
     )
 
 
-class _Ctx:
+class Ctx:
     """Per-file lookups built once from queries.
 
     tree-sitter's `Node.parent` searches down from the root, so walking ancestors
@@ -107,13 +116,17 @@ class _Ctx:
     byte ranges instead.
     """
 
-    def __init__(self, file: str, line_offset: int, root: Node, source: bytes) -> None:
+    call_pattern = cuda_calls.CALL_Q
+
+    def __init__(self, file: str, line_offset: int, root: Node, source: bytes,
+                 attributes: list[Attribute]) -> None:
         self.file = file
         self.source = source
         self.line_offset = line_offset
+        self.attributes = attributes
         # One pass of one multi-pattern query: each query pass costs a walk of the tree.
         self._found = tsx.matches_by_pattern(FILE_PATTERNS, root)
-        self.scopes = [(n.start_byte, n.end_byte, _compact(tsx.text(name)))
+        self.scopes = [(n.start_byte, n.end_byte, compact(tsx.text(name)))
                        for m in self.found(SCOPE_Q)
                        if (name := (n := m["s"]).child_by_field_name("name")) is not None]
         self.functions = sorted(((m["fn"].start_byte, m["fn"].end_byte, m["fn"])
@@ -122,11 +135,15 @@ class _Ctx:
         self.template_lists = {m["fn"].id: m["params"] for m in self.found(TEMPLATE_Q)}
         self.guarded = {m["def"].id for m in self.found(IFNDEF_Q)
                         if tsx.text(m["guard"]) == tsx.text(m["name"])}
+        self.linkage = [(m["l"].start_byte, m["l"].end_byte) for m in self.found(LINKAGE_Q)
+                        if '"C"' in tsx.text(m["l"].child_by_field_name("value"))]
+        self.conditions = Conditions([self.found(p) for p in cuda_conditions.PATTERNS])
 
         self._uses: dict[int, tuple[str, ...]] = {}
         self._names: dict[int, str | None] = {}
         self._device_only: dict[int, bool] = {}
         self._assigned: dict[tuple[int, bytes], list[Node]] = {}
+        self.params: dict[int, tuple[str, ...]] = {}  # by function start: parameter names
         self.root = root
 
     def line(self, node: Node) -> int:
@@ -140,6 +157,10 @@ class _Ctx:
         start, end = node.start_byte, node.end_byte
         return [m for m in self.found(pattern)
                 if start <= (c := m[capture]).start_byte and c.end_byte <= end]
+
+    def conditions_at(self, node: Node, fn: Node | None) -> tuple[str, ...]:
+        within = (fn.start_byte, fn.end_byte) if fn is not None else None
+        return self.conditions.at(node.start_byte, node.end_byte, within)
 
     def uses(self, fn: Node) -> tuple[str, ...]:
         """Identifier-like words inside function `fn`.
@@ -174,7 +195,7 @@ class _Ctx:
         text = name.decode("utf-8", errors="replace")
         found = []
         for m in tsx.matches(ASSIGN_Q, fn):
-            target = _declarator_name(m["target"]) if "target" in m else None
+            target = declarator_name(m["target"]) if "target" in m else None
             if target is None or tsx.text(target) != text:
                 continue
             owner = self.enclosing_function(m["value"])  # not a function nested in `fn`
@@ -207,48 +228,19 @@ class _Ctx:
     def function_name(self, fn: Node) -> str | None:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
         if fn.start_byte not in self._names:
-            name = _declarator_name(fn.child_by_field_name("declarator"))
-            parts = [*self.scope_of(fn), _compact(tsx.text(name))] if name is not None else []
+            name = declarator_name(fn.child_by_field_name("declarator"))
+            parts = [*self.scope_of(fn), compact(tsx.text(name))] if name is not None else []
             self._names[fn.start_byte] = "::".join(p for p in parts if p) or None
         return self._names[fn.start_byte]
 
 
-def _syntax_problems(ctx: _Ctx, tree: tsx.Tree) -> Iterable[Problem]:
+def _syntax_problems(ctx: Ctx, tree: tsx.Tree) -> Iterable[Problem]:
     if not tree.root_node.has_error:
         return []
     lines = [n + ctx.line_offset for n in tsx.error_lines(tree)]
     where = ", ".join(str(n) for n in lines) or "unknown"
     return [Problem(ctx.file, lines[0] if lines else None,
                     f"syntax errors (lines {where}); facts from the rest of the file are kept")]
-
-
-# --- names and scopes ------------------------------------------------------------------
-
-
-def _expr(s: str) -> str:
-    """An expression as written, with runs of whitespace made single spaces."""
-    return " ".join(s.split())
-
-
-def _compact(s: str) -> str:
-    """Drop whitespace inside a C++ name or type so equal names compare equal."""
-    if _SPACE.search(s) is None:  # most names: nothing to drop
-        return s
-    return re.sub(r"\s+(?=[<>,:*&])|(?<=[<>,:*&(])\s+", "", " ".join(s.split()))
-
-
-def _declarator_name(node: Node | None) -> Node | None:
-    """Descend declarator wrappers (pointer, reference, array, function) to the name."""
-    while node is not None and node.type not in (
-        "identifier", "field_identifier", "qualified_identifier", "destructor_name",
-        "operator_name", "template_function",
-    ):
-        inner = node.child_by_field_name("declarator")
-        if inner is None:
-            inner = next((c for c in node.named_children if "declarator" in c.type
-                          or c.type == "identifier"), None)
-        node = inner
-    return node
 
 
 def _is_device_only(fn: Node) -> bool:
@@ -258,77 +250,36 @@ def _is_device_only(fn: Node) -> bool:
     return "__device__" in kinds and "__host__" not in kinds
 
 
-def _split_template(node: Node) -> tuple[str, tuple[str, ...]]:
-    """`ns::k<16, float>` -> ("ns::k", ("16", "float"))."""
-    args_node = _last_template_args(node)
-    args = () if args_node is None else tuple(
-        _expr(tsx.text(a)) for a in args_node.named_children)
-    return _without_args(node, args_node), args
-
-
-def _template_name(node: Node) -> str:
-    """`ns::k<16, float>` -> "ns::k"."""
-    return _without_args(node, _last_template_args(node))
-
-
-def _without_args(node: Node, args_node: Node | None) -> str:
-    if args_node is None:
-        return _compact(tsx.text(node))
-    full = tsx.text(node)
-    start = args_node.start_byte - node.start_byte
-    end = args_node.end_byte - node.start_byte
-    return _compact(full[:start] + full[end:])
-
-
-def _last_template_args(node: Node) -> Node | None:
-    if node.type == "template_function":
-        return node.child_by_field_name("arguments")
-    if node.type == "qualified_identifier":
-        name = node.child_by_field_name("name")
-        return _last_template_args(name) if name is not None else None
-    return None
-
-
 # --- kernels ---------------------------------------------------------------------------
 
 
-def _kernel(ctx: _Ctx, fn: Node) -> KernelDef:
+def _kernel(ctx: Ctx, fn: Node) -> KernelDef:
     declarator = fn.child_by_field_name("declarator")
-    name_node = _declarator_name(declarator)
-    params_node = _params_node(declarator)
+    name_node = declarator_name(declarator)
     bounds = next((c for c in fn.children if c.type == "launch_bounds"), None)
+    head_end = name_node.start_byte if name_node is not None else fn.start_byte
     return KernelDef(
-        name=_compact(tsx.text(name_node)).split("::")[-1],
+        name=compact(tsx.text(name_node)).split("::")[-1],
         namespace="::".join(ctx.scope_of(fn)),
         file=ctx.file,
         line=ctx.line(fn),
         template_params=_template_params(ctx.template_lists.get(fn.id)),
-        params=tuple(_param(p) for p in _param_decls(params_node)),
-        launch_bounds=(tuple(_expr(tsx.text(c)) for c in bounds.named_children)
+        params=tuple(_param(p) for p in param_decls(params_node(declarator))),
+        launch_bounds=(tuple(expr(tsx.text(c)) for c in bounds.named_children)
                        if bounds is not None else None),
         line_offset=ctx.line_offset,
         uses=ctx.uses(fn),
+        attributes=attributes_between(ctx.attributes, fn.start_byte, head_end),
+        extern_c=any(s <= fn.start_byte and fn.end_byte <= e for s, e in ctx.linkage),
+        preprocessor=ctx.conditions_at(fn, None),
     )
 
 
-def _params_node(declarator: Node | None) -> Node | None:
-    node = declarator
-    while node is not None and node.type != "function_declarator":
-        node = node.child_by_field_name("declarator")
-    return node.child_by_field_name("parameters") if node is not None else None
-
-
-def _param_decls(params: Node | None) -> list[Node]:
-    if params is None:
-        return []
-    return [c for c in params.named_children if c.type.endswith("parameter_declaration")]
-
-
 def _param(decl: Node) -> Param:
-    name = _declarator_name(decl.child_by_field_name("declarator"))
+    name = declarator_name(decl.child_by_field_name("declarator"))
     full = tsx.text(decl)
     if name is None:
-        return Param(type=_compact(full), name="")
+        return Param(type=compact(full), name="")
     start, end = name.start_byte - decl.start_byte, name.end_byte - decl.start_byte
     raw = full.encode()
     type_text = (raw[:start] + raw[end:]).decode(errors="replace")
@@ -343,10 +294,10 @@ def _template_params(plist: Node | None) -> tuple[TemplateParam, ...]:
 
 def _template_param(node: Node) -> TemplateParam | None:
     if node.type in ("parameter_declaration", "optional_parameter_declaration"):
-        name = _declarator_name(node.child_by_field_name("declarator"))
+        name = declarator_name(node.child_by_field_name("declarator"))
         default = node.child_by_field_name("default_value")
         return TemplateParam(kind="value", name=tsx.text(name),
-                             type=_compact(tsx.text(node.child_by_field_name("type"))),
+                             type=compact(tsx.text(node.child_by_field_name("type"))),
                              default=tsx.text(default) if default is not None else None)
     if node.type in ("type_parameter_declaration", "optional_type_parameter_declaration"):
         name = node.child_by_field_name("name") or next(
@@ -360,9 +311,9 @@ def _template_param(node: Node) -> TemplateParam | None:
 # --- launches --------------------------------------------------------------------------
 
 
-def _launches(ctx: _Ctx, root: Node) -> Iterable[LaunchSite]:
+def _launches(ctx: Ctx) -> Iterable[LaunchSite]:
     for m in ctx.found(LAUNCH_Q):
-        cfg: list[str | None] = [_expr(tsx.text(c)) for c in m["cfg"].named_children]
+        cfg: list[str | None] = [expr(tsx.text(c)) for c in m["cfg"].named_children]
         cfg += [None] * (4 - len(cfg))
         for callee, style in _resolve_callee(ctx, m["callee"], "chevron"):
             yield _launch_site(ctx, m["call"], callee, style, cfg[:4], m["args"].named_children)
@@ -373,7 +324,7 @@ def _launches(ctx: _Ctx, root: Node) -> Iterable[LaunchSite]:
             continue
         grid_block: list[str | None] = [None] * 4
         if pick == 0 and len(args) >= 3:
-            grid_block = [_expr(tsx.text(a)) if a is not None else None
+            grid_block = [expr(tsx.text(a)) if a is not None else None
                           for a in (args[1], args[2], _nth(args, 4), _nth(args, 5))]
         for callee, _ in _resolve_callee(ctx, args[pick], "cudaLaunchKernel"):
             yield _launch_site(ctx, m["call"], callee, "cudaLaunchKernel", grid_block, [])
@@ -383,59 +334,38 @@ def _nth(nodes: list[Node], i: int) -> Node | None:
     return nodes[i] if i < len(nodes) else None
 
 
-def _launch_site(ctx: _Ctx, call: Node, callee: Node, style: str, cfg: list[str | None],
+def _launch_site(ctx: Ctx, call: Node, callee: Node, style: str, cfg: list[str | None],
                  args: list[Node]) -> LaunchSite:
-    name, targs = _split_template(callee)
+    name, targs = split_template(callee)
     fn = ctx.enclosing_function(call)
     return LaunchSite(
         file=ctx.file, line=ctx.line(call), kernel=name,
         style=style,  # type: ignore[arg-type]
         host_function=ctx.function_name(fn) if fn is not None else None,
         template_args=targs, grid=cfg[0], block=cfg[1], shared_mem=cfg[2], stream=cfg[3],
-        args=tuple(_expr(tsx.text(a)) for a in args),
+        args=tuple(expr(tsx.text(a)) for a in args),
         scope="::".join(ctx.scope_of(call)),
         uses=ctx.uses(fn) if fn is not None else (),
+        conditions=ctx.conditions_at(callee, fn),
     )
 
 
-def _resolve_callee(ctx: _Ctx, expr: Node, style: str) -> list[tuple[Node, str]]:
+def _resolve_callee(ctx: Ctx, callee: Node, style: str) -> list[tuple[Node, str]]:
     """Strip casts and `&`; follow a local function-pointer variable to what it holds."""
-    expr = _strip(expr)
-    if expr.type == "conditional_expression":
+    callee = strip(callee)
+    if callee.type == "conditional_expression":
         return [pair for field in ("consequence", "alternative")
-                if (branch := expr.child_by_field_name(field)) is not None
+                if (branch := callee.child_by_field_name(field)) is not None
                 for pair in _resolve_callee(ctx, branch, style)]
-    if expr.type == "identifier":
-        held = _local_values(ctx, expr)
+    if callee.type == "identifier":
+        held = _local_values(ctx, callee)
         if held:
             kind = "function_pointer" if style == "chevron" else style
             return [(n, kind) for value in held for n, _ in _resolve_callee(ctx, value, kind)]
-    return [(expr, style)]
+    return [(callee, style)]
 
 
-def _strip(expr: Node) -> Node:
-    while True:
-        if expr.type in _WRAPPERS:
-            inner = expr.child_by_field_name("value") or expr.child_by_field_name("argument")
-            inner = inner or (expr.named_children[-1] if expr.named_children else None)
-        elif expr.type == "call_expression" and _is_cast_call(expr):
-            args = expr.child_by_field_name("arguments")
-            inner = args.named_children[0] if args is not None and args.named_children else None
-        else:
-            return expr
-        if inner is None:
-            return expr
-        expr = inner
-
-
-def _is_cast_call(call: Node) -> bool:
-    fn = call.child_by_field_name("function")
-    if fn is None:
-        return False
-    return _template_name(fn).rsplit("::", 1)[-1] in CAST_FUNCTIONS
-
-
-def _local_values(ctx: _Ctx, ident: Node) -> list[Node]:
+def _local_values(ctx: Ctx, ident: Node) -> list[Node]:
     """Values assigned to a local variable named like `ident` in the same function."""
     fn = ctx.enclosing_function(ident)
     if fn is None:
@@ -443,88 +373,10 @@ def _local_values(ctx: _Ctx, ident: Node) -> list[Node]:
     return [v for v in ctx.assigned(fn, ident) if v.id != ident.id]
 
 
-# --- bindings --------------------------------------------------------------------------
+# --- tunables and aliases --------------------------------------------------------------
 
 
-def _bindings(ctx: _Ctx, root: Node) -> Iterable[Binding]:
-    for macro, params, body in _binding_blocks(ctx):
-        names = [_compact(tsx.text(p)) for p in _param_decls(params)]
-        if len(names) < 2:
-            continue
-        module, handle = names[0], names[-1]
-        key = names[1] if macro == "TORCH_LIBRARY_IMPL" and len(names) >= 3 else None
-        for m in ctx.found_in(MEMBER_CALL_Q, "call", body):
-            if tsx.text(m["obj"]) != handle:
-                continue
-            binding = _binding(ctx, macro, module, key, tsx.text(m["method"]), m)
-            if binding is not None:
-                yield binding
-
-
-def _binding_blocks(ctx: _Ctx) -> Iterable[tuple[str, Node, Node]]:
-    for m in ctx.found(BINDING_Q):
-        yield tsx.text(m["macro"]), m["params"], m["body"]
-
-
-def _binding(ctx: _Ctx, macro: str, module: str, key: str | None, method: str,
-             m: dict[str, Node]) -> Binding | None:
-    args = m["args"].named_children
-    if method not in ("def", "impl") or not args or args[0].type != "string_literal":
-        return None
-    name = _string_value(args[0]).split("(")[0].strip()
-    if "::" in name:
-        name = name.split("::")[-1]
-    fn = _bound_function(ctx, args[1]) if len(args) > 1 else None
-    kind = {"PYBIND11_MODULE": "pybind11", "TORCH_LIBRARY_IMPL": "torch_library_impl"}.get(
-        macro, "torch_library")
-    return Binding(kind=kind, name=name, cpp_function=fn,  # type: ignore[arg-type]
-                   module=module, file=ctx.file, line=ctx.line(m["call"]), dispatch_key=key)
-
-
-def _string_value(node: Node) -> str:
-    return "".join(tsx.text(c) for c in node.named_children if c.type == "string_content")
-
-
-def _bound_function(ctx: _Ctx, arg: Node) -> str | None:
-    """`&ns::f<float>` -> "ns::f"; a lambda -> the first function it calls."""
-    arg = _strip(arg)
-    if arg.type == "lambda_expression":
-        calls = [m["callee"] for m in ctx.found_in(CALL_Q, "call", arg)]
-        return _template_name(calls[0]) if calls else None
-    if arg.type in ("identifier", "qualified_identifier", "template_function"):
-        return _template_name(arg)
-    if arg.type == "call_expression":  # a wrapper such as torch::wrap_pybind_function(f)
-        args = arg.child_by_field_name("arguments")
-        if args is not None and args.named_children:
-            return _bound_function(ctx, args.named_children[0])
-    return None
-
-
-# --- host functions and calls ----------------------------------------------------------
-
-
-def _is_launch(call: Node) -> bool:
-    # A plain call has two children, the callee and its arguments (comments aside).
-    return call.child_count > 2 and any(c.type == "kernel_call_syntax" for c in call.children)
-
-
-def _host_calls(ctx: _Ctx, root: Node) -> Iterable[HostCall]:
-    seen: set[tuple[str, str]] = set()
-    for m in ctx.found(CALL_Q):
-        fn = ctx.enclosing_function(m["call"])
-        if fn is None or ctx.device_only(fn) or _is_launch(m["call"]):
-            continue
-        caller = ctx.function_name(fn)
-        callee = _template_name(m["callee"])
-        if caller is not None and (caller, callee) not in seen:
-            seen.add((caller, callee))
-            yield HostCall(caller=caller, callee=callee)
-
-
-# --- tunables --------------------------------------------------------------------------
-
-
-def _tunables(ctx: _Ctx, root: Node) -> Iterable[Tunable]:
+def _tunables(ctx: Ctx) -> Iterable[Tunable]:
     for m in ctx.found(DEFINE_Q):
         value = tsx.text(m["value"]).strip()
         if NUMBER.match(value):
@@ -537,6 +389,14 @@ def _tunables(ctx: _Ctx, root: Node) -> Iterable[Tunable]:
         if const_kind is not None:
             yield Tunable(name=tsx.text(m["name"]), value=tsx.text(m["value"]), kind=const_kind,
                           file=ctx.file, line=ctx.line(m["decl"]))
+
+
+def _aliases(ctx: Ctx) -> Iterable[tuple[str, str]]:
+    """`#define KFOPS_NAMESPACE kfops`: a name for a name (a library's namespace)."""
+    for m in ctx.found(DEFINE_Q):
+        value = tsx.text(m["value"]).strip()
+        if _NAME_VALUE.match(value):
+            yield tsx.text(m["name"]), value
 
 
 def _const_kind(decl: Node) -> TunableKind | None:

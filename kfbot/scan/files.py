@@ -24,7 +24,9 @@ IGNORED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "site-packages"
 GENERATED_DIRS = frozenset({"build", "dist", "_build"})
 GENERATED_MARKERS = ("build.ninja", "CMakeCache.txt", ".ninja_log")
 
-SourceKind = Literal["cuda", "python"]
+SourceKind = Literal["cuda", "python", "build"]
+# Build files read by name: the Hugging Face kernel builder's recipe.
+BUILD_FILES = frozenset({"build.toml"})
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,9 @@ def source_kind(name: str) -> SourceKind | None:
     suffix = os.path.splitext(name)[1].lower()
     if suffix in CUDA_SUFFIXES:
         return "cuda"
-    return "python" if suffix in PYTHON_SUFFIXES else None
+    if suffix in PYTHON_SUFFIXES:
+        return "python"
+    return "build" if name in BUILD_FILES else None
 
 
 def collect(root: Path, scan: ScanConfig,

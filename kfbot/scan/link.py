@@ -10,10 +10,13 @@ by name and, when the test says which module it loaded, by module.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from kfbot.scan.cpp_graph import CallGraph, lookup_names
+from kfbot.scan.cuda_facts import extract_cuda_facts
+from kfbot.scan.cuda_macros import MacroExpander
 from kfbot.scan.model import (
     Binding,
     BuildRecipe,
@@ -25,21 +28,21 @@ from kfbot.scan.model import (
     ReferenceTest,
 )
 
-MAX_CALL_DEPTH = 6
-
 
 @dataclass
 class Linker:
     cuda: list[CudaFileFacts]
     python: list[PyFileFacts]
     problems: list[Problem] = field(default_factory=list)
+    inventory: tuple[str, ...] = ()  # every source file of the scan, for build globs
+    unfollowed: list[str] = field(default_factory=list)  # see ScanReport.unfollowed
 
     def __post_init__(self) -> None:
         self.kernels = [k for f in self.cuda for k in f.kernels]
         self.by_qname: dict[str, list[KernelDef]] = defaultdict(list)
         for k in self.kernels:
             self.by_qname[k.qualified_name].append(k)
-        self.builds = [b for f in self.python for b in f.builds]
+        self.builds = [self._expanded(b) for f in self.python for b in f.builds]
         self.files = {f.file for f in self.cuda}
         self.includes = _include_graph(self.cuda, self.files)
         self.using = {f.file: f.using_namespaces for f in self.cuda}
@@ -47,9 +50,38 @@ class Linker:
         for build in self.builds:
             for f in self._unit(build):
                 self._builds_by_file[f].append(build)
-        self.callers = _callers(self.cuda)
+        expander = MacroExpander(self.cuda, self.closure, extract_cuda_facts)
+        # Launches and calls found inside macro expansions, as facts of the files
+        # that invoke the macros.
+        self.expanded = expander.facts()
+        self.problems += expander.problems
+        self.graph = CallGraph([*self.cuda, *self.expanded])
+        self.aliases: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for facts in self.cuda:
+            for name, value in facts.aliases:
+                self.aliases[name].append((facts.file, value))
 
     # --- files, includes and build units ------------------------------------------
+
+    def _expanded(self, build: BuildRecipe) -> BuildRecipe:
+        """The build with the globs among its sources (`csrc/*.cu`) matched against the
+        repository's files; a glob that matches nothing is a warning."""
+        if not any(_GLOB.search(s) for s in build.sources):
+            return build
+        sources: list[str] = []
+        notes = list(build.cannot_tell)
+        for source in build.sources:
+            if not _GLOB.search(source):
+                sources.append(source)
+                continue
+            pattern = _glob_pattern(source)
+            matched = sorted(f for f in self.inventory if pattern.match(f))
+            sources += matched
+            if not matched:
+                message = f"the source glob `{source}` matches no file of the repository"
+                self.problems.append(Problem(build.file, build.line, message))
+                notes.append(f"{build.file}:{build.line}: {message}")
+        return replace(build, sources=tuple(dict.fromkeys(sources)), cannot_tell=tuple(notes))
 
     def closure(self, file: str) -> set[str]:
         """The file and every header it includes, transitively."""
@@ -81,8 +113,8 @@ class Linker:
     # --- launches -> kernels ----------------------------------------------------------
 
     def resolve_launch(self, site: LaunchSite) -> list[KernelDef]:
-        for qname in _lookup_names(site.kernel, site.scope, self.using.get(site.file, ())):
-            found = self.by_qname.get(qname)
+        for group in lookup_names(site.kernel, site.scope, self.using.get(site.file, ())):
+            found = [k for qname in group for k in self.by_qname.get(qname, ())]
             if found:
                 return self._visible(site, found)
         return []
@@ -103,39 +135,40 @@ class Linker:
                                      "info"))
         return []
 
-    # --- host functions -> bindings ---------------------------------------------------
+    # --- bindings -----------------------------------------------------------------------
 
-    def reaching_functions(self, launchers: Iterable[str]) -> set[str]:
-        """Host functions that call any of `launchers`, directly or through others."""
-        reached: set[str] = set()
-        frontier = {_last(f) for f in launchers}
-        for _ in range(MAX_CALL_DEPTH):
-            new = frontier - reached
-            if not new:
-                break
-            reached |= new
-            frontier = {c for f in new for c in self.callers.get(f, ())}
-        return reached
+    def bound_functions(self, binding: Binding) -> list[str]:
+        """The host functions a binding names, resolved: its function and the ones it
+        hands to it as template arguments."""
+        names = [binding.cpp_function] if binding.cpp_function else []
+        return [fn for name in [*names, *binding.reaches]
+                for fn in self.graph.resolve(name, "", binding.file)]
 
-
-def _lookup_names(callee: str, scope: str, using: tuple[str, ...]) -> list[str]:
-    if callee.startswith("::"):
-        return [callee[2:]]
-    parts = scope.split("::") if scope else []
-    names = ["::".join([*parts[:i], callee]) for i in range(len(parts), -1, -1)]
-    return names + [f"{u}::{callee}" for u in using]
+    def alias(self, name: str, file: str) -> str | None:
+        """What `#define name value` makes `name` in `file` (a namespace macro)."""
+        found = self.aliases.get(name, [])
+        seen = self.closure(file)
+        visible = [v for f, v in found if f in seen] or [v for _, v in found]
+        return visible[0] if len(set(visible)) == 1 else None
 
 
-def _last(name: str) -> str:
-    return name.rsplit("::", 1)[-1]
+_GLOB = re.compile(r"[*?\[]")
 
 
-def _callers(cuda: list[CudaFileFacts]) -> dict[str, set[str]]:
-    callers: dict[str, set[str]] = defaultdict(set)
-    for f in cuda:
-        for call in f.host_calls:
-            callers[_last(call.callee)].add(_last(call.caller))
-    return callers
+def _glob_pattern(glob: str) -> re.Pattern[str]:
+    """A glob as `glob.glob(..., recursive=True)` reads it: `*` stays in one folder,
+    `**/` crosses any number of them."""
+    out = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+            continue
+        ch = glob[i]
+        out.append("[^/]*" if ch == "*" else "[^/]" if ch == "?" else re.escape(ch))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
 
 
 def _include_graph(cuda: list[CudaFileFacts], files: set[str]) -> dict[str, list[str]]:
@@ -161,10 +194,12 @@ def _resolve_include(src: str, inc: str, files: set[str],
 
 
 def torch_extension_module(binding: Binding, builds: list[BuildRecipe]) -> Binding:
-    """pybind11 modules named TORCH_EXTENSION_NAME take the name of the build."""
-    if binding.module != "TORCH_EXTENSION_NAME" or len(builds) != 1:
+    """pybind11 modules named TORCH_EXTENSION_NAME take the name of the build (several
+    builds of the same sources under one name, e.g. by two scripts, are one)."""
+    names = {b.name for b in builds}
+    if binding.module != "TORCH_EXTENSION_NAME" or len(names) != 1:
         return binding
-    return replace(binding, module=builds[0].name)
+    return replace(binding, module=names.pop())
 
 
 def inline_bindings(builds: list[BuildRecipe]) -> list[Binding]:

@@ -51,6 +51,11 @@ class LaunchSite:
     args: tuple[str, ...] = ()
     scope: str = ""  # namespace the launch is written in, for name lookup
     uses: tuple[str, ...] = ()  # identifiers in the enclosing host function
+    # What must hold in the host function for the launch to run, outermost first, as
+    # written: "if (n >= 4096)", "else of if (algo == 0)", "case at::kFloat of switch
+    # (x.scalar_type())", "#if KFOPS_USE_CLUSTERS".
+    conditions: tuple[str, ...] = ()
+    macro: str | None = None  # "NAME (file:line)" when the launch is written in a macro
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,18 @@ class Binding:
     file: str
     line: int
     dispatch_key: str | None = None  # TORCH_LIBRARY_IMPL's key, e.g. "CUDA"
+    # Functions the bound expression names besides `cpp_function`: the template
+    # arguments of `&adapter<ns::launch>` (the adapter calls what it is given).
+    reaches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class BuildRecipe:
     """How the repository builds an extension that holds kernels."""
 
-    kind: Literal["setup_py", "load", "load_inline"]
+    # kernel_builder: a Hugging Face kernel-builder `build.toml` (sources, flags and
+    # capabilities per [kernel.*] section; the builder writes registration.h and _ops.py)
+    kind: Literal["setup_py", "load", "load_inline", "kernel_builder"]
     name: str  # extension / module name
     file: str
     line: int
@@ -83,6 +93,13 @@ class BuildRecipe:
     include_dirs: tuple[str, ...] = ()  # repo-relative extra include folders
     variable: str | None = None  # Python name the loaded module is bound to
     origin: Origin = "discovered"
+    # What the scan could not decide statically, each "file:line: what, and what was
+    # assumed" (a flag added under a run-time condition, a glob that matched nothing).
+    cannot_tell: tuple[str, ...] = ()
+    extension_class: str | None = None  # setup.py: "CUDAExtension" or "CppExtension"
+    capabilities: tuple[str, ...] = ()  # kernel_builder: cuda-capabilities, e.g. ("9.0",)
+    depends: tuple[str, ...] = ()  # kernel_builder: depends, e.g. ("torch", "cutlass_3_6")
+    package_dir: str | None = None  # kernel_builder: the Python package, "torch-ext/<name>"
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,16 @@ class InlineSource:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One link of the chain from a test to a kernel (`kfbot scan --explain`)."""
+
+    kind: Literal["test", "python", "op", "binding", "host", "launch", "kernel"]
+    name: str  # what sits at this place, e.g. "fusedact.functional.fused_gelu"
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
 class ReferenceTest:
     """A test or script that compares a bound op with a pure-PyTorch computation."""
 
@@ -127,6 +154,17 @@ class ReferenceTest:
     why: str = ""
     confidence: float = 0.0
     origin: Origin = "discovered"
+    # The name the test calls, through its imports, when it is not the op itself:
+    # "fusedact.fused_gelu", ".ops.swiglu" (relative to the test's folder).
+    target: str | None = None
+    # How a mismatch shows: an exception (pytest, assert, assert_close), the script's
+    # exit status (sys.exit(1) on a mismatch) or only in what the script prints.
+    mismatch_signal: Literal["exception", "exit_status", "printed"] = "exception"
+    backward: bool = False  # the comparison checks gradients (the op's backward pass)
+    helper: str | None = None  # "check (tests/conftest.py:12)": compares through a helper
+    # From the test to the kernel, once linked: test, Python wrappers, op, binding,
+    # host functions, launch, kernel.
+    chain: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +193,11 @@ class KernelDef:
     line_offset: int = 0  # non-zero when parsed out of a Python string
     # identifiers in the signature and body (for tunables)
     uses: tuple[str, ...] = field(default=(), hash=False)
+    # Attributes besides __launch_bounds__, as written: "__cluster_dims__(2, 1, 1)".
+    attributes: tuple[str, ...] = field(default=(), hash=False)
+    extern_c: bool = False  # declared extern "C": its symbol is its plain name
+    # The preprocessor conditions the definition sits under: "#if KFOPS_USE_CLUSTERS".
+    preprocessor: tuple[str, ...] = field(default=(), hash=False)
 
     @property
     def qualified_name(self) -> str:
@@ -163,10 +206,57 @@ class KernelDef:
 
 @dataclass(frozen=True)
 class HostCall:
-    """A call from one host function to another (to follow launchers to bindings)."""
+    """A call from one host function to another (to follow launchers to bindings).
+
+    `reference` calls name the callee without calling it here: a function passed as an
+    argument or a template argument, or stored in a function-pointer variable.
+    """
 
     caller: str
     callee: str
+    scope: str = ""  # namespace the call is written in, for name lookup
+    arity: int = -1  # arguments passed; -1 for a reference
+    line: int = 0
+    reference: bool = False
+    conditions: tuple[str, ...] = ()  # as LaunchSite.conditions
+    # A bare name handed over as a value (`run(launch)`): it may as well be a variable,
+    # so it only counts where the scope it is written in sees a function of that name.
+    bare: bool = False
+
+
+@dataclass(frozen=True)
+class HostFunction:
+    """A host function definition, by qualified name (for scoped call resolution)."""
+
+    name: str  # "kfops::scale::forward"
+    file: str
+    line: int
+    params: tuple[str, ...] = ()  # parameter names
+    required: int = 0  # parameters without a default
+
+
+@dataclass(frozen=True)
+class MacroDef:
+    """A function-like macro definition: `#define NAME(params) body`."""
+
+    name: str
+    params: tuple[str, ...]  # "..." for a variadic tail
+    body: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class MacroUse:
+    """A function-like macro invoked where a launch could hide in it."""
+
+    name: str
+    args: tuple[str, ...]
+    file: str
+    line: int
+    host_function: str | None  # None at file scope
+    scope: str = ""
+    conditions: tuple[str, ...] = ()  # as LaunchSite.conditions, at the invocation
 
 
 @dataclass(frozen=True)
@@ -182,6 +272,31 @@ class CudaFileFacts:
     host_calls: tuple[HostCall, ...] = ()
     using_namespaces: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()
+    functions: tuple[HostFunction, ...] = ()
+    macros: tuple[MacroDef, ...] = ()
+    macro_uses: tuple[MacroUse, ...] = ()
+    # Object-like macros whose value is a name: ("KFOPS_NAMESPACE", "kfops").
+    aliases: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PySymbol:
+    """A name a Python file defines or imports at its top level, and where using it
+    leads, for following calls from module to module.
+
+    Paths are written as imports are: absolute ("fusedact._C.gelu_fwd") or relative to
+    the file's folder (".functional.fused_gelu"; a name of the file itself is
+    ".<module>.<name>", or ".<name>" in an `__init__.py`).
+    """
+
+    name: str  # "fused_gelu", "GeluFunction", "GeluFunction.forward", "ops"
+    line: int
+    kind: Literal["function", "class", "variable", "import", "extension"]
+    # function: what it calls, hands over or returns; class: its bases; variable and
+    # import: what it is bound to. Each with its line.
+    targets: tuple[tuple[str, int], ...] = ()
+    extension: str | None = None  # kind "extension": the build or torch.ops namespace
+    compares: tuple[int, int] | None = None  # a helper comparing two of its parameters
 
 
 @dataclass(frozen=True)
@@ -193,6 +308,26 @@ class PyFileFacts:
     inline_sources: tuple[InlineSource, ...] = ()
     references: tuple[ReferenceTest, ...] = ()
     problems: tuple[Problem, ...] = ()
+    symbols: tuple[PySymbol, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """An op that runs one of several kernels, chosen at run time, seen from one of them."""
+
+    op: str  # "module.name" of the binding, e.g. "kfops.softplus"
+    kernels: tuple[str, ...]  # ids of every kernel the op can run, this one included
+    # What must hold for this kernel to run, outermost first; () for the op's default
+    # kernel, which runs when no sibling's conditions hold.
+    conditions: tuple[str, ...]
+    # Parameters of the bound function (the op's arguments, or those of a launcher handed
+    # to it) that the conditions read, e.g. ("algo",).
+    arguments: tuple[str, ...]
+    # What chooses: "argument", "dtype", "size", "preprocessor" or "other", one per
+    # condition.
+    by: tuple[str, ...]
+    file: str  # where the innermost condition is written
+    line: int
 
 
 @dataclass(frozen=True)
@@ -208,6 +343,10 @@ class Kernel:
     editable_files: tuple[str, ...] = ()
     origin: Origin = "discovered"
     task: str | None = None  # name of the config task that declared or amended it
+    dispatch: tuple[Dispatch, ...] = ()
+    # Without references: the first link from a test to this kernel that the scan could
+    # not follow, each "file:line: what and why" (also shown by `scan --explain`).
+    unpaired: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -230,3 +369,6 @@ class ScanReport:
     problems: tuple[Problem, ...] = ()
     files_scanned: int = 0
     skipped_dirs: tuple[str, ...] = field(default=())
+    # Calls from tests into the repository's Python code that led to no op, each
+    # "test file:line: test calls NAME; the first link not followed: file:line: why".
+    unfollowed: tuple[str, ...] = ()

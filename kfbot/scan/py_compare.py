@@ -1,8 +1,16 @@
-"""Comparisons of two tensors: `assert_close`-like calls and `(a - b).abs().max() < tol`."""
+"""Comparisons of two tensors: `assert_close`-like calls, `(a - b).abs().max() < tol`,
+and helpers that compare their arguments so.
+
+A helper of the same file is read: `def allclose(a, b): return (a - b).abs().max() <= tol`
+compares its first two parameters, so `allclose(op(x), ref(x))` compares those. A helper
+from elsewhere (a conftest fixture `check`, an imported `assert_close_fn`) is taken by
+its name here, and confirmed (or not) once the files are linked.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from kfbot.scan.py_scopes import Scope, ScopeIndex
@@ -19,6 +27,13 @@ _COMPARE_LAST_NAMES = frozenset({q.rsplit(".", 1)[-1] for q in _COMPARE_FUNCS}
                                 | {"allclose", "equal"})
 _ACTUAL_KEYWORDS = ("actual", "input", "a", "x")
 _EXPECTED_KEYWORDS = ("expected", "desired", "other", "b", "y")
+# Names of helpers that compare their first two arguments, found in real test suites:
+# check, allclose, assert_close_fn, assert_equal, compare_tensors, verify_outputs.
+HELPER_NAME = re.compile(
+    r"^_*(?:assert_?|check_?|verify_?|compare_?)?(?:all_?close|close|equal|same|match|"
+    r"tensors?|outputs?|results?)?(?:_fn|_tensors?|_outputs?)?$|^_*check$", re.I)
+_UNWRAP = frozenset({"cpu", "float", "double", "detach", "contiguous", "flatten", "numpy",
+                     "to", "cuda", "clone", "reshape", "view"})
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,13 @@ class Cmp:
     b: ast.expr
     scope: Scope  # where `a` and `b` are evaluated
     line: int
+    helper: str | None = None  # the helper compared through, "name (file:line)" if read
+
+
+def is_helper_name(name: str) -> bool:
+    return bool(name) and HELPER_NAME.match(name) is not None and any(
+        w in name.lower() for w in ("close", "check", "equal", "same", "compare", "verify",
+                                    "match"))
 
 
 def _operands(call: ast.Call) -> tuple[ast.expr, ast.expr] | None:
@@ -45,19 +67,85 @@ class CompareFinder:
 
     def __init__(self, index: ScopeIndex) -> None:
         self.index = index
+        self._helpers: dict[int, tuple[int, int, str] | None] = {}
 
     def find(self, scope: Scope) -> list[Cmp]:
         """The comparisons written in `scope`, by line."""
         found: list[Cmp] = []
         for call in scope.calls:
             func = call.func
-            # An attribute keeps its last name through `qualname`: most calls end here.
-            if isinstance(func, ast.Attribute) and func.attr not in _COMPARE_LAST_NAMES:
+            name = func.attr if isinstance(func, ast.Attribute) else \
+                func.id if isinstance(func, ast.Name) else ""
+            if isinstance(func, ast.Name) and name in self.index.function_names \
+                    and (c := self._local_helper_call(call, scope)):
+                found.append(c)
                 continue
-            if c := self._compare_call(call, scope):
+            if name not in _COMPARE_LAST_NAMES and not is_helper_name(name):
+                continue  # the cheap test first: most calls end here
+            if c := self._compare_call(call, scope) or self._named_helper_call(call, scope):
                 found.append(c)
         found += [c for node in scope.compares if (c := self._abs_max_compare(node, scope))]
         return sorted(found, key=lambda c: c.line)
+
+    def helper_params(self, fn: Scope) -> tuple[int, int, str] | None:
+        """(i, j, kind) when function `fn` compares its parameters i and j."""
+        key = id(fn)
+        if key not in self._helpers:
+            self._helpers[key] = None  # a helper calling itself compares nothing more
+            self._helpers[key] = self._read_helper(fn)
+        return self._helpers[key]
+
+    def _read_helper(self, fn: Scope) -> tuple[int, int, str] | None:
+        node = fn.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+        for cmp in self.find(fn):
+            a, b = self._param(cmp.a, fn, params), self._param(cmp.b, fn, params)
+            if a is not None and b is not None and a != b:
+                return min(a, b), max(a, b), cmp.kind
+        return None
+
+    def _param(self, expr: ast.expr, fn: Scope, params: list[str]) -> int | None:
+        for _ in range(4):
+            while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+                    and expr.func.attr in _UNWRAP:
+                expr = expr.func.value
+            if not isinstance(expr, ast.Name):
+                return None
+            if expr.id in params:
+                return params.index(expr.id)
+            b = self.index.lookup(expr.id, fn, expr.lineno)
+            if b is None or b.value is None or b.scope is not fn:
+                return None
+            expr = b.value
+        return None
+
+    def _local_helper_call(self, call: ast.Call, scope: Scope) -> Cmp | None:
+        fn = self.index.local_function(call.func, scope)
+        if fn is None or fn is scope:
+            return None
+        found = self.helper_params(fn)
+        if found is None or len(call.args) <= found[1]:
+            return None
+        i, j, kind = found
+        node = fn.node
+        line = node.lineno if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else 0
+        return Cmp(kind, call.args[i], call.args[j], scope, call.lineno,
+                   helper=f"{fn.name} ({self.index.rel_path}:{line})")
+
+    def _named_helper_call(self, call: ast.Call, scope: Scope) -> Cmp | None:
+        """`check(out, ref)` with `check` from a conftest fixture or another module."""
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else \
+            func.id if isinstance(func, ast.Name) else ""
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+        if len(positional) < 2 or not is_helper_name(name) or \
+                self.index.local_function(func, scope) is not None:
+            return None
+        return Cmp(name, positional[0], positional[1], scope, call.lineno, helper=name)
 
     def _compare_call(self, call: ast.Call, scope: Scope) -> Cmp | None:
         func = call.func

@@ -2,7 +2,12 @@
 
 A call is an op when it goes through `torch.ops.<namespace>`, through a module bound to
 a `load`/`load_inline` result, an import of the repository's own extension, or a local
-function, lambda, module or autograd Function (one level deep) that calls one.
+function, lambda, module or autograd Function (one level deep) that calls one. A call
+of something imported from the repository's own Python code (a package's wrapper, a
+class, a `functools.partial` of one) is an op candidate too: it keeps the import path
+it calls (`Op.target`), which `py_graph` follows through the repository's modules once
+every file is read. A method called on a call's result (`op(x).float()`) is never the
+op: the op is the inner call.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kfbot.scan.py_builds import BuildReader
+from kfbot.scan.py_modules import GET_KERNEL, Paths, hub_package
 from kfbot.scan.py_scopes import Bind, Scope, ScopeIndex
 from kfbot.scan.py_syntax import as_written, dotted_name, head_name
 from kfbot.scan.py_values import Evaluator
@@ -39,6 +45,18 @@ REFERENCE_NAME = re.compile(
     r"(?:^|_)(?:ref|reference|naive|baseline|golden|expected|eager|torch|python|py)(?:_|$)")
 
 
+# Tensor methods: called on an op's result they convert or reduce it; never the op.
+TENSOR_METHODS = frozenset({
+    "float", "half", "double", "bfloat16", "int", "long", "bool", "cpu", "cuda", "to",
+    "detach", "clone", "contiguous", "numpy", "item", "tolist", "sum", "mean", "max", "min",
+    "abs", "view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
+    "backward", "requires_grad_", "type", "type_as", "chunk", "split", "norm", "amax", "amin",
+    "softmax", "sigmoid", "tanh", "exp", "log", "sqrt", "pow", "mul", "add", "sub", "div",
+    "all", "any", "eq", "ne", "isnan", "isfinite", "nan_to_num", "cumsum", "argmax",
+})
+_PARTIAL = frozenset({"functools.partial", "partial"})
+
+
 @dataclass(frozen=True)
 class Op:
     text: str  # as written, e.g. "ext.softmax"
@@ -47,17 +65,30 @@ class Op:
     confidence: float
     call: ast.Call  # the call in the analysed scope (the wrapper call for wrapped ops)
     scope: Scope
+    target: str | None = None  # the import path called, for repository Python code
+
+
+def _result(call: ast.Call) -> bool:
+    """Whether `call` computes on data (`op(x, n)`), rather than making an object: a
+    class (`Ops()`, by the naming convention) or a module (`load_ext()`, `get_ext("a")`
+    take no data)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else ""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return not name[:1].isupper() and any(not isinstance(v, ast.Constant) for v in values)
 
 
 class OpFinder:
     """The op a call in one file reaches, if any; answers are cached per call."""
 
     def __init__(self, index: ScopeIndex, values: Evaluator, builds: BuildReader,
-                 exists: Callable[[str], bool] | None) -> None:
+                 exists: Callable[[str], bool] | None, paths: Paths) -> None:
         self.index = index
         self.values = values
         self.builds = builds
         self.exists = exists
+        self.paths = paths
         self._op_cache: dict[int, Op | None] = {}
         self._first_op_cache: dict[int, Op | None] = {}
         self._local_module_cache: dict[str, bool] = {}
@@ -97,6 +128,15 @@ class OpFinder:
                 return None
             return Op(as_written(func), parts[3], parts[2], 0.9, call, site)
         base = func.value
+        if isinstance(base, ast.Call) and (func.attr in TENSOR_METHODS
+                                           or self.op_of_call(base, scope, depth + 1)):
+            return None  # a method of the op's result: the op is the inner call
+        if func.attr in TENSOR_METHODS and isinstance(base, ast.Name):
+            held = self.index.lookup(base.id, scope, base.lineno)
+            made = held.value if held is not None else None
+            if held is not None and isinstance(made, ast.Call) and _result(made) \
+                    and self._extension_value(made, held.scope, depth + 1) is None:
+                return None  # `out = op(x); out.cpu()`: a method of a result
         cls = self.index.local_class(base)
         if cls is not None and func.attr == "apply":  # autograd.Function subclass
             return self._wrapped(cls.funcs.get("forward"), call, site, depth)
@@ -106,7 +146,8 @@ class OpFinder:
         ext = self._extension(base, scope, depth)
         if ext is None or (ext[1] < 0.9 and REFERENCE_NAME.search(func.attr)):
             return None
-        return Op(as_written(func), func.attr, ext[0], ext[1], call, site)
+        return Op(as_written(func), func.attr, ext[0], ext[1], call, site,
+                  self.paths.of(func, scope))
 
     def _name_op(self, call: ast.Call, func: ast.Name, scope: Scope, depth: int) -> Op | None:
         b = self.index.lookup(func.id, scope, func.lineno)
@@ -124,21 +165,42 @@ class OpFinder:
         module = full[: full.rfind(".")] if "." in full.lstrip(".") else ""
         hint = module.rsplit(".", 1)[-1] or None
         confidence = 0.7 if module and self._is_local_python(module) else 0.8
-        return Op(func.id, op_name, hint, confidence, call, scope)
+        return Op(func.id, op_name, hint, confidence, call, scope, full)
 
     def _bound_op(self, call: ast.Call, b: Bind, site: Scope, depth: int) -> Op | None:
-        """`f = ext.softmax; f(x)`, `m = MyModule(); m(x)` and `f = lambda x: ext.f(x)`."""
+        """`f = ext.softmax; f(x)`, `m = MyModule(); m(x)`, `f = lambda x: ext.f(x)`,
+        `f = functools.partial(op, ...)` and `g = imported_function`."""
         value = b.value
+        if isinstance(value, ast.Call) and value.args and \
+                self.index.qualname(value.func) in _PARTIAL:
+            value = value.args[0]
         if isinstance(value, ast.Attribute) and depth < 2:
             return self._attr_op(call, value, b.scope, site, depth + 1)
+        if isinstance(value, ast.Name) and depth < 2:
+            return self._name_op(call, value, b.scope, depth + 1)
         if isinstance(value, ast.Call) and depth == 0:
             cls = self.index.local_class(value.func)
-            return self._wrapped(cls.funcs.get("forward") if cls else None, call, site, depth)
+            if cls is None:
+                return self._instance_op(call, value, b.scope, site)
+            return self._wrapped(cls.funcs.get("forward"), call, site, depth)
         if isinstance(value, ast.Lambda) and depth == 0:
             for node in ast.walk(value.body):
                 if isinstance(node, ast.Call) and (op := self.op_of_call(node, b.scope, 1)):
                     return replace(op, call=call, scope=site)
         return None
+
+    def _instance_op(self, call: ast.Call, made: ast.Call, scope: Scope,
+                     site: Scope) -> Op | None:
+        """`layer = FusedGELU().cuda(); layer(x)` with the class imported from the
+        repository."""
+        target = self.paths.value(made, scope)
+        if target is None or not target.endswith(".__call__") or (
+                not target.startswith(".") and target.split(".")[0] in WELL_KNOWN):
+            return None
+        cls = target[: -len(".__call__")]
+        name = cls.rsplit(".", 1)[-1]
+        hint = cls.rsplit(".", 2)[-2] if cls.count(".") > 1 else None
+        return Op(as_written(call.func), name, hint, 0.6, call, site, target)
 
     def _wrapped(self, fn: Scope | None, call: ast.Call, site: Scope,
                  depth: int) -> Op | None:
@@ -202,9 +264,12 @@ class OpFinder:
         if q in ("importlib.import_module", "pytest.importorskip") and value.args:
             name = self.values.eval(value.args[0], scope)
             return (name.rsplit(".", 1)[-1], 0.9) if isinstance(name, str) else None
+        if GET_KERNEL.search(q) and value.args:  # kernels.get_kernel("org/name")
+            repo = self.values.eval(value.args[0], scope)
+            return (hub_package(repo), 0.7) if isinstance(repo, str) else None
         head = head_name(value.func)
         if head in self.index.imports and "." in q.lstrip(".") \
-                and q.split(".")[0] not in WELL_KNOWN:
+                and q.split(".")[0] not in WELL_KNOWN and not _result(value):
             module = q[: q.rfind(".")]  # `helper.get_ext()`: an extension from a helper module
             return module.rsplit(".", 1)[-1] or None, 0.7
         return None

@@ -31,6 +31,7 @@ _ALLOC = frozenset({"torch.empty", "torch.empty_like", "torch.zeros", "torch.zer
                     "torch.empty_strided", "torch.full", "torch.full_like", "torch.ones",
                     "torch.ones_like"})
 _ALLOC_METHODS = frozenset({"new_empty", "new_zeros", "new_full", "new_ones"})
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit", "SystemExit"})
 
 
 @dataclass
@@ -51,6 +52,7 @@ class _Pairing:
     op: Op
     reference: str | None
     confidence: float
+    backward: bool = False
 
 
 def _operand_children(node: ast.AST) -> list[ast.AST]:
@@ -64,6 +66,16 @@ def _operand_children(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, ast.IfExp):
         return [node.body, node.orelse]
     return []
+
+
+def _is_grad(expr: ast.expr) -> bool:
+    """`x.grad` (through `.cpu()`-like wrappers) or a `torch.autograd.grad(...)` result."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _RESULT_WRAPPERS:
+        expr = expr.func.value
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
+    return isinstance(expr, ast.Attribute) and expr.attr == "grad"
 
 
 def _import_kind(full: str) -> str:
@@ -98,20 +110,38 @@ class ReferenceFinder:
     def find(self) -> list[ReferenceTest]:
         """The file's reference tests by line: per test and op, the most confident one."""
         callers = self._test_callers() if self.index.test_file else {}
-        best: dict[tuple[str, str], ReferenceTest] = {}
+        best: dict[tuple[str, str, bool], ReferenceTest] = {}
         for scope in self.index.scopes:
             if scope.kind == "class" or not (scope.calls or scope.compares):
                 continue
-            for cmp in self.compares.find(scope):
-                pairing = self._pair(cmp, scope)
-                if pairing is None:
-                    continue
+            pairs = [(cmp, pairing) for cmp in self.compares.find(scope)
+                     if (pairing := self._pair(cmp, scope)) is not None]
+            if not pairs and not self.index.test_file:
+                pairs = self._printed(scope)
+            for cmp, pairing in pairs:
                 for kind, test, where in self._attribution(scope, callers):
                     ref = self._reference(pairing, cmp, kind, test, where)
-                    old = best.get((test, ref.op))
+                    key = (test, ref.op, ref.backward)
+                    old = best.get(key)
                     if old is None or ref.confidence > old.confidence:
-                        best[(test, ref.op)] = ref
+                        best[key] = ref
         return sorted(best.values(), key=lambda r: (r.line, r.test, r.op))
+
+    def _printed(self, scope: Scope) -> list[tuple[Cmp, _Pairing]]:
+        """A script that prints the op's output and a reference's, and compares nothing:
+        paired at a low confidence, "compares by printing"."""
+        printed = [(call, arg) for call in scope.calls
+                   if isinstance(call.func, ast.Name) and call.func.id == "print"
+                   for arg in call.args]
+        ops = [(call, arg, best[1]) for call, arg in printed
+               if (best := _best(self._side(arg, scope))) is not None]
+        refs = [(call, arg) for call, arg in printed if self._side(arg, scope).pure]
+        if not ops or not refs:
+            return []
+        op_call, op_arg, op = ops[0]
+        ref_call, ref_arg = refs[0]
+        cmp = Cmp("print", op_arg, ref_arg, scope, max(op_call.lineno, ref_call.lineno))
+        return [(cmp, _Pairing(op, self._ref_text(ref_arg, scope), min(op.confidence, 0.4)))]
 
     def _test_callers(self) -> dict[str, list[Scope]]:
         """Helper function name -> the test scopes that call it."""
@@ -151,16 +181,39 @@ class ReferenceFinder:
         op = pairing.op
         shapes, dtypes = self.inputs.read(op.call, op.scope, scope)
         shown = clip(pairing.reference, 60) if pairing.reference else "an unclear reference"
-        why = f"{test} compares {op.text} with {shown} via {cmp.kind}"
+        what = "the gradients of " if pairing.backward else ""
+        via = "by printing both" if cmp.kind == "print" else f"via {cmp.kind}"
+        why = f"{test} compares {what}{op.text} with {shown} {via}"
+        if cmp.kind == "print":
+            why = f"{why} (compares by printing)"
         return ReferenceTest(
             file=self.index.rel_path, line=cmp.line, test=test, kind=kind, op=op.text,
             op_name=op.name, module_hint=op.hint, reference=pairing.reference,
             comparison=cmp.kind, shapes=shapes, dtypes=dtypes, why=why,
-            confidence=round(min(max(pairing.confidence, 0.0), 1.0), 2))
+            confidence=round(min(max(pairing.confidence, 0.0), 1.0), 2),
+            target=op.target, mismatch_signal=self._signal(cmp, kind),
+            backward=pairing.backward, helper=cmp.helper)
+
+    def _signal(self, cmp: Cmp, kind: str) -> Literal["exception", "exit_status", "printed"]:
+        """How a mismatch shows: raised (pytest, an assert), in the exit status (a script
+        that exits non-zero) or only printed."""
+        if cmp.kind == "print":
+            return "printed"
+        if kind == "pytest" or cmp.kind.startswith(("torch.testing", "numpy.testing")) \
+                or any(a.lineno <= cmp.line <= (a.end_lineno or a.lineno)
+                       for a in cmp.scope.asserts):
+            return "exception"
+        return "exit_status" if self._exits() else "printed"
+
+    def _exits(self) -> bool:
+        return any((self.index.qualname(call.func) or "") in _EXITS
+                   for scope in self.index.scopes for call in scope.calls)
 
     # --- pairing an op with its reference ----------------------------------------------
 
     def _pair(self, cmp: Cmp, scope: Scope) -> _Pairing | None:
+        if _is_grad(cmp.a) or _is_grad(cmp.b):
+            return self._pair_gradients(cmp, scope)
         a, b = self._side(cmp.a, cmp.scope), self._side(cmp.b, cmp.scope)
         best_a, best_b = _best(a), _best(b)
         if best_a is not None or best_b is not None:
@@ -177,6 +230,16 @@ class ReferenceFinder:
         ref_expr = cmp.b if b.pure else cmp.a if a.pure else None
         ref = self._ref_text(ref_expr, cmp.scope) if ref_expr is not None else None
         return _Pairing(ops[0], ref, 0.5)
+
+    def _pair_gradients(self, cmp: Cmp, scope: Scope) -> _Pairing | None:
+        """`check(x.grad, x_ref.grad)` after `op(x).sum().backward()`: the op's backward
+        pass is what the comparison checks."""
+        ops = self._scope_ops(scope)
+        if not ops:
+            return None
+        ref = cmp.a if _is_grad(cmp.b) and not _is_grad(cmp.a) else cmp.b
+        return _Pairing(ops[0], self._ref_text(ref, cmp.scope),
+                        max(ops[0].confidence - 0.2, 0.5), backward=True)
 
     def _pair_ops(self, cmp: Cmp, a: tuple[_Side, tuple[int, Op] | None],
                   b: tuple[_Side, tuple[int, Op] | None]) -> _Pairing:

@@ -52,6 +52,7 @@ class Scope:
     calls: list[ast.Call] = field(default_factory=list)
     compares: list[ast.Compare] = field(default_factory=list)
     returns: list[ast.expr] = field(default_factory=list)
+    asserts: list[ast.Assert] = field(default_factory=list)
     globals_: set[str] = field(default_factory=set)
     builds: list[str] = field(default_factory=list)
 
@@ -92,6 +93,12 @@ def _target_names(target: ast.expr) -> tuple[str, ...] | None:
             isinstance(e, ast.Name) for e in target.elts):
         return tuple(e.id for e in target.elts if isinstance(e, ast.Name))
     return None
+
+
+def _item(value: ast.expr, i: int) -> ast.expr:
+    """`value[i]`, placed where `value` is written."""
+    index = ast.copy_location(ast.Constant(value=i), value)
+    return ast.copy_location(ast.Subscript(value=value, slice=index, ctx=ast.Load()), value)
 
 
 def _row(element: ast.expr, width: int) -> list[ast.expr] | None:
@@ -155,7 +162,7 @@ _LEAVES = frozenset({ast.Name, ast.Constant, ast.alias} | {
     for cls in base.__subclasses__()})
 _RECORDED = frozenset({ast.Compare, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr,
                        ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Import,
-                       ast.ImportFrom, ast.Global, ast.Return, ast.Yield})
+                       ast.ImportFrom, ast.Global, ast.Return, ast.Yield, ast.Assert})
 # Nodes whose only child the walk visits is `value` and which record nothing themselves:
 # the walk steps straight through them (`a.b.c` costs one step, not three).
 _THROUGH = frozenset({ast.Attribute, ast.keyword, ast.Expr, ast.Starred, ast.Await})
@@ -192,6 +199,10 @@ class ScopeIndex:
         self.module.report = self.module
         self.scopes: list[Scope] = [self.module]
         self.imports: dict[str, str] = {}  # local name -> dotted name it refers to
+        # Names imported more than once (`try: from .a import x` / `except: from .b import
+        # x`): every dotted name each may refer to.
+        self.alternatives: dict[str, list[str]] = {}
+        self.import_lines: dict[str, int] = {}  # local name -> line of its (last) import
         self.star_imports: list[str] = []
         self.classes: dict[str, Scope] = {}
         self.function_names: set[str] = set()  # of every function defined in the file
@@ -337,6 +348,8 @@ class ScopeIndex:
             self._bind_target(node.target, node.value, scope, node.end_lineno or node.lineno)
         elif isinstance(node, ast.Global):
             scope.globals_.update(node.names)
+        elif isinstance(node, ast.Assert):
+            scope.asserts.append(node)
 
     def _assign(self, targets: list[ast.expr], value: ast.expr, scope: Scope,
                 stmt: ast.stmt) -> None:
@@ -368,6 +381,8 @@ class ScopeIndex:
             if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(values) \
                     and not any(isinstance(e, ast.Starred) for e in value.elts):
                 values = list(value.elts)
+            elif isinstance(value, ast.Call):  # `out, res = op(x)`: each is a part of it
+                values = [_item(value, i) for i in range(len(values))]
             for t, v in zip(target.elts, values, strict=True):
                 self._bind_target(t, v, scope, line)
         elif isinstance(target, ast.Starred):
@@ -389,7 +404,8 @@ class ScopeIndex:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 top = alias.name.split(".")[0]
-                self.imports[alias.asname or top] = alias.name if alias.asname else top
+                self._imported(alias.asname or top, alias.name if alias.asname else top,
+                               node.lineno)
             return
         base = "." * node.level + (node.module or "")
         for alias in node.names:
@@ -397,7 +413,16 @@ class ScopeIndex:
                 self.star_imports.append(base)
                 continue
             full = f"{base}.{alias.name}" if node.module else f"{base}{alias.name}"
-            self.imports[alias.asname or alias.name] = full
+            self._imported(alias.asname or alias.name, full, node.lineno)
+
+    def _imported(self, name: str, full: str, line: int) -> None:
+        self.import_lines[name] = line
+        old = self.imports.get(name)
+        if old is not None and old != full:
+            found = self.alternatives.setdefault(name, [old])
+            if full not in found:
+                found.append(full)
+        self.imports[name] = full
 
     def _finish(self) -> None:
         for scope in self.scopes:

@@ -31,6 +31,12 @@ _DTYPES = {
 }
 
 
+_PATH_FUNCTIONS = frozenset({
+    "os.path.join", "posixpath.join", "pathlib.Path", "Path", "pathlib.PurePath",
+    "pathlib.PosixPath", "os.path.abspath", "os.path.realpath", "os.path.normpath",
+    "os.path.expanduser", "os.fspath", "str"})
+
+
 @dataclass(frozen=True)
 class Dtype:
     name: str
@@ -190,10 +196,15 @@ class Evaluator:
         args = [self.eval(a, scope, world, depth + 1) for a in expr.args[:16]]
         strings = [a for a in args if isinstance(a, str)]
         complete = len(strings) == len(args) and bool(args)
-        if q in ("os.path.join", "posixpath.join", "pathlib.Path", "Path", "pathlib.PurePath",
-                 "pathlib.PosixPath", "os.path.abspath", "os.path.realpath", "os.path.normpath",
-                 "os.path.expanduser", "os.fspath", "str"):
+        if q in _PATH_FUNCTIONS:
+            if not complete and args and all(isinstance(a, (str, Glob)) for a in args):
+                # A path built on a glob's match (`os.path.join(d, name)` for each name
+                # `os.listdir(d)` gives) is a glob itself.
+                return Glob(posixpath.join(*(a.pattern if isinstance(a, Glob) else a
+                                             for a in args if isinstance(a, (str, Glob)))))
             return posixpath.join(*strings) if complete else None
+        if q == "os.listdir" and complete:
+            return Glob(posixpath.join(strings[0], "*"))
         if q in ("os.path.dirname", "os.path.basename") and complete:
             return posixpath.dirname(strings[0]) if q.endswith("dirname") \
                 else posixpath.basename(strings[0])
@@ -201,6 +212,9 @@ class Evaluator:
             return Glob(strings[0])
         if q in ("tuple", "list", "torch.Size") and len(args) == 1 and isinstance(args[0], tuple):
             return args[0]
+        if q in ("sorted", "list", "tuple", "set") and len(args) == 1 \
+                and isinstance(args[0], Glob):
+            return args[0]  # the glob's matches, in whatever order
         if q == "int" and len(args) == 1 and isinstance(args[0], (int, float)):
             return int(args[0])
         if q == "getattr" and len(args) == 2 and self.index.qualname(expr.args[0]) == "torch" \
@@ -216,6 +230,12 @@ class Evaluator:
         if not complete:
             return None
         base = self.eval(func.value, scope, world, depth + 1)
+        if isinstance(base, Glob):  # a path of the glob's matches: `p.relative_to(ROOT)`
+            if func.attr in ("resolve", "absolute", "as_posix", "expanduser") and not args:
+                return base
+            if func.attr == "relative_to" and len(args) == 1:
+                return Glob(posixpath.relpath(base.pattern, args[0]))
+            return None
         if not isinstance(base, str):
             return None
         if func.attr in ("resolve", "absolute", "expanduser") and not args:
@@ -235,11 +255,10 @@ class Evaluator:
         """A repo-relative path for a source file named in the build."""
         is_glob = isinstance(value, Glob)
         path = value.pattern if isinstance(value, Glob) else value
-        shown = path.replace(_ROOT, "<repo>")
-        if is_glob:
-            self.note(expr.lineno, f"source pattern {shown!r} is a glob; not expanded")
         if path.startswith(_ROOT):
             norm = posixpath.normpath(path)
+            if norm == _ROOT:
+                return "."
             if norm.startswith(_ROOT + "/"):
                 return self._checked(norm[len(_ROOT) + 1:], is_glob, expr)
             self.note(expr.lineno, f"source path `{as_written(expr)}` leaves the repository")

@@ -8,9 +8,10 @@ what cannot be read statically is kept as written and noted as an info Problem.
 
 The work is shared by the `py_*` modules of this package: `py_scopes` indexes the file,
 `py_values` evaluates expressions and paths, `py_builds` and `py_inline` read builds,
-`py_ops` finds calls into extensions, and `py_compare`, `py_inputs` and `py_references`
-find the reference tests (`py_syntax` holds small helpers on syntax nodes). This module
-wires them together for one file.
+`py_ops` finds calls into extensions, `py_compare`, `py_inputs` and `py_references`
+find the reference tests and `py_modules` summarises what the file offers to files that
+import it (`py_syntax` holds small helpers on syntax nodes). This module wires them
+together for one file.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import re
 import warnings
 from collections.abc import Callable
 
-from kfbot.scan.model import Problem, PyFileFacts
+from kfbot.scan.model import BuildRecipe, Problem, PyFileFacts
 from kfbot.scan.py_builds import BuildReader
 from kfbot.scan.py_compare import CompareFinder
+from kfbot.scan.py_flow import import_effects
 from kfbot.scan.py_inline import InlineReader
 from kfbot.scan.py_inputs import InputReader
+from kfbot.scan.py_modules import Paths, SymbolReader
 from kfbot.scan.py_ops import OpFinder
 from kfbot.scan.py_references import ReferenceFinder
 from kfbot.scan.py_scopes import ScopeIndex
@@ -41,13 +44,14 @@ _RELEVANT = re.compile(
 
 def extract_python_facts(rel_path: str, source: bytes,
                          exists: Callable[[str], bool] | None = None) -> PyFileFacts:
-    """Builds, inline sources and reference tests of one Python file; never raises.
+    """Builds, inline sources, reference tests and symbols of one Python file; never
+    raises.
 
     `rel_path` is the file's '/'-separated path under the repository root; `exists(rel)`
     says whether a repo-relative path exists (None: assume source paths exist).
     """
-    if not _RELEVANT.search(source):
-        return PyFileFacts(file=rel_path)
+    if not _RELEVANT.search(source) and is_test_module(rel_path):
+        return PyFileFacts(file=rel_path)  # nothing imports a test module
     tree = _parse(rel_path, source)
     if isinstance(tree, Problem):
         return PyFileFacts(file=rel_path, problems=(tree,))
@@ -87,19 +91,39 @@ class _File:
         self.index = ScopeIndex(rel_path, tree)
         self.values = Evaluator(self.index, exists)
         self.builds = BuildReader(self.index, self.values, InlineReader(self.index, self.values))
-        self.ops = OpFinder(self.index, self.values, self.builds, exists)
-        self.references = ReferenceFinder(self.index, self.ops, CompareFinder(self.index),
+        self.paths = Paths(self.index, self.values, self.builds,
+                           summarised=not is_test_module(rel_path))
+        self.ops = OpFinder(self.index, self.values, self.builds, exists, self.paths)
+        self.compares = CompareFinder(self.index)
+        self.references = ReferenceFinder(self.index, self.ops, self.compares,
                                           InputReader(self.index, self.values))
 
     def facts(self) -> PyFileFacts:
         builds, inline = self.builds.read()  # first: ops are resolved through build names
         references = self.references.find()
-        problems = tuple(dict.fromkeys(self.values.problems))
+        symbols = () if is_test_module(self.index.rel_path) else tuple(
+            SymbolReader(self.index, self.paths, self.builds, self.compares).read())
+        problems = tuple(dict.fromkeys([*self.values.problems, *self._effects(builds)]))
         return PyFileFacts(file=self.index.rel_path, builds=tuple(builds),
                            inline_sources=tuple(inline), references=tuple(references),
-                           problems=problems)
+                           problems=problems, symbols=symbols)
+
+    def _effects(self, builds: list[BuildRecipe]) -> list[Problem]:
+        """A setup script that runs commands when it is run: never by the scan."""
+        if not any(b.kind == "setup_py" for b in builds):
+            return []
+        return [Problem(self.index.rel_path, line, f"running this file runs `{call}`; the "
+                        "scan reads it without running it, so what that computes (a "
+                        "version, a flag) cannot be told") for line, call in
+                import_effects(self.index)]
 
     def release(self) -> None:
         """Free what the file's analysis holds; see `ScopeIndex.release`."""
         self.index.release()
         self.ops.release()
+
+
+def is_test_module(rel_path: str) -> bool:
+    """A pytest module (`test_*.py`, `*_test.py`): what it defines is imported by none."""
+    base = rel_path.rsplit("/", 1)[-1]
+    return base.startswith("test_") or base.endswith("_test.py")

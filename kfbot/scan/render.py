@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kfbot import __version__
 from kfbot.scan.forked import Forked
 from kfbot.scan.json_text import ACCELERATED, JsonText, dumps_indented
-from kfbot.scan.model import Kernel, Problem, ScanReport
+from kfbot.scan.model import Kernel, Problem, ReferenceTest, ScanReport
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn: JSON output does without it
     from rich.console import Console
@@ -33,6 +33,7 @@ def to_json(report: ScanReport) -> dict[str, Any]:
         "skipped_dirs": list(report.skipped_dirs),
         "kernels": [kernel_json(k) for k in report.kernels],
         "problems": [_record(p) for p in report.problems],
+        "unfollowed": list(report.unfollowed),
     }
 
 
@@ -75,13 +76,24 @@ def kernel_json(k: Kernel) -> dict[str, Any]:
         "template_params": [_record(t) for t in d.template_params],
         "params": [_record(p) for p in d.params],
         "launch_bounds": list(d.launch_bounds) if d.launch_bounds is not None else None,
+        "attributes": list(d.attributes),
+        "extern_c": d.extern_c,
+        "preprocessor": list(d.preprocessor),
         "launch_sites": [_launch_json(s) for s in k.launch_sites],
         "bindings": [_record(b) for b in k.bindings],
         "builds": [_record(b) for b in k.builds],
         "tunables": [_record(t) for t in k.tunables],
-        "references": [_record(r) for r in k.references],
+        "references": [_reference_json(r) for r in k.references],
+        "dispatch": [_record(x) for x in k.dispatch],
         "editable_files": list(k.editable_files),
+        "unpaired": list(k.unpaired),
     }
+
+
+def _reference_json(ref: ReferenceTest) -> dict[str, Any]:
+    out = _record(ref)
+    out["chain"] = [_record(step) for step in ref.chain]
+    return out
 
 
 def _launch_json(site: Any) -> dict[str, Any]:

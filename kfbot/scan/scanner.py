@@ -15,6 +15,7 @@ from pathlib import Path
 from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.scan.assemble import assemble
+from kfbot.scan.build_toml import read_build_toml
 from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
 from kfbot.scan.files import Inventory, SourceFile, collect
 from kfbot.scan.link import Linker
@@ -44,7 +45,7 @@ def scan(root: Path, config: Config, progress: Progress | None = None,
 def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFileFacts],
             python: list[PyFileFacts], problems: list[Problem]) -> ScanReport:
     """Link the facts into kernels, and list them and every problem in a stable order."""
-    linker = Linker(cuda, python)
+    linker = Linker(cuda, python, inventory=tuple(f.rel for f in inventory.files))
     kernels = apply_tasks(assemble(linker), config)
     kernels.sort(key=lambda k: (k.file, k.definition.line, k.name))
     all_problems = [*inventory.problems, *problems, *linker.problems,
@@ -52,7 +53,8 @@ def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFil
                     *(p for f in python for p in f.problems)]
     all_problems.sort(key=lambda p: (p.file, p.line or 0))
     return ScanReport(root=str(root), kernels=tuple(kernels), problems=tuple(all_problems),
-                      files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs)
+                      files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs,
+                      unfollowed=tuple(dict.fromkeys(linker.unfollowed)))
 
 
 @contextlib.contextmanager
@@ -186,6 +188,8 @@ def extract_file(root: Path, source: SourceFile) -> FileResult:
         return [], [], [problem] if problem else []
     if source.kind == "cuda":
         return [extract_cuda_facts(source.rel, data)], [], []
+    if source.kind == "build":  # its build comes with the Python facts' builds
+        return [], [read_build_toml(source.rel, data)], []
     facts = extract_python_facts(source.rel, data, lambda rel: _exists(root, rel))
     inline = [extract_cuda_facts(source.rel, s.text.encode(), s.line_offset)
               for s in facts.inline_sources if s.text]
