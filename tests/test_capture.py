@@ -22,7 +22,7 @@ import torch
 
 import kfbot
 from kfbot.errors import KfbotError
-from kfbot.evaluate.capture import Capture, describe
+from kfbot.evaluate.capture import Capture
 from kfbot.evaluate.capture_run import (
     CaptureResult,
     capture_env,
@@ -30,6 +30,7 @@ from kfbot.evaluate.capture_run import (
     kfbot_import_dir,
     read_results,
 )
+from kfbot.evaluate.describe import describe
 from kfbot.evaluate.signature import (
     ArgSpec,
     CallSignature,

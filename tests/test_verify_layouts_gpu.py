@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kfbot.config import load_config
+from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.steps import NO_REFERENCE
@@ -51,13 +52,19 @@ def explained(ev: Evaluation) -> str:
     ("setup_rowsum", "rowsum_kernel", True),  # setup.py: the tests import kfbot's build
     ("bench_reference", "relu_kernel", True),  # a script that chdirs and asserts
     ("script_reference", "swish_kernel", True),  # main.py, its reference defined in it
-    ("pkg_chain", "gelu_fwd_kernel", False),  # wrapper -> autograd.Function -> fusedact._C
-    ("pkg_chain", "swiglu_kernel", False),  # fusedact.ops.swiglu -> _swiglu -> _C
+    # The tests call a wrapper: the reference over its arguments judges the op's calls
+    # made inside it (fused_gelu(x) -> autograd.Function -> fusedact._C.gelu_fwd(x, False)).
+    ("pkg_chain", "gelu_fwd_kernel", True),
+    ("pkg_chain", "swiglu_kernel", True),  # fusedact.ops.swiglu -> _swiglu -> _C
     ("torch_ops_multi", "scale_naive_kernel", True),  # torch.ops.kfops.scale(.default)
     ("torch_ops_multi", "softplus_naive_kernel", True),  # chosen by an integer argument
     ("torch_ops_multi", "rowmax_naive_kernel", True),  # chosen by the dtype
-    ("kernel_builder", "rms_norm_kernel", True),  # build.toml, torch-ext/, a generated _ops
-    ("kernel_builder", "fused_add_rms_norm_kernel", True),
+    # build.toml, torch-ext/, a generated _ops; rms_norm(out, x, w, eps) -> () is judged
+    # by the out its wrapper returns.
+    ("kernel_builder", "rms_norm_kernel", True),
+    # Its test compares values it computed beforehand (x + residual): no reference can
+    # be carried, the original is the judge, and the reports say so.
+    ("kernel_builder", "fused_add_rms_norm_kernel", False),
 ])
 def test_the_original_passes_its_baseline(cache: Path, fixture: str, kernel: str,
                                           reference: bool) -> None:
@@ -71,8 +78,6 @@ def test_the_original_passes_its_baseline(cache: Path, fixture: str, kernel: str
     if reference:
         assert "reference" in against, explained(ev)
     else:
-        # A wrapper's reference is over the wrapper's arguments: the original is the
-        # judge, and every report says so.
         assert any(f.check == "no-reference" and f.reason == NO_REFERENCE
                    for f in ev.findings), explained(ev)
 
@@ -96,6 +101,22 @@ def test_a_kernel_no_captured_call_reaches_is_said_so(cache: Path) -> None:
     if failed.step == "capture":
         assert "none of the captured calls launches kfops_clamp_kernel" in failed.summary
         assert "shapes:" in failed.suggestion
+
+
+def test_an_op_that_writes_into_out_is_judged_by_what_it_writes(cache: Path) -> None:
+    """kb_norm's rms_norm(out, x, w, eps) returns nothing: a candidate that leaves the
+    last column of out unwritten must fail, not match the original's None."""
+    root = FIXTURES / "kernel_builder"
+    config = load_config(None, root)
+    task = make_task(select_kernel(scan(root, config).kernels, "rms_norm_kernel"), root, config)
+    source = (root / "kb_norm" / "rms_norm.cu").read_text()
+    broken = source.replace("for (int c = 0; c < cols; ++c) {\n    out[",
+                            "for (int c = 0; c < cols - 1; ++c) {\n    out[")
+    assert broken != source
+    with Engine(task, EngineSettings(cache_dir=cache, capture_timeout_s=600)) as engine:
+        assert engine.baseline().ok
+        ev = engine.evaluate(Candidate(files={"kb_norm/rms_norm.cu": broken}), bench=False)
+    assert not ev.ok and ev.stage in ("correctness", "anticheat"), ev.reason
 
 
 def test_verify_explain_prints_every_step(tmp_path: Path) -> None:

@@ -44,42 +44,32 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from kfbot.evaluate.describe import compiling, describe
 from kfbot.evaluate.signature import (
     CAPTURE_ENV,
-    ArgSpec,
     CallSignature,
     CaptureFile,
     CaptureRequest,
     OpRef,
-    ScalarSpec,
-    SequenceSpec,
-    TensorSpec,
     merge_pair,
     signature_key,
 )
 from kfbot.evaluate.staged import current_finder
+from kfbot.evaluate.via import Via, returned, trace
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
-# Above this many elements the mean and spread are skipped: they need float64 passes.
-STATS_MAX_ELEMENTS = 1 << 26
-# Longer lists and deeper nesting are recorded as opaque "other" values.
-MAX_SEQUENCE_ITEMS = 1024
-MAX_DEPTH = 4
 _CPP_EXTENSION = "torch.utils.cpp_extension"
 _LOADERS = ("load", "load_inline")
 _TORCH_OPS = "torch._ops"  # its `ops.load_library` registers a library's ops
 
 AnyCallable = Callable[..., object]
-# min, max, mean, std, has NaN, has Inf
-Stats = tuple[float | None, float | None, float | None, float | None, bool, bool]
-_NO_STATS: Stats = (None, None, None, None, False, False)
 
 
 @dataclass(frozen=True)
@@ -118,12 +108,15 @@ class Capture:
         self._scanned: dict[str, tuple[int, int]] = {}
         self._finder: _PostImportFinder | None = None
         self._found: set[str] = set()  # ops wrapped at least once
+        self._outer = {ref.text: ref for ref in request.outer if ref.kind == "callable"}
+        self._frames = threading.local()  # the wrapper calls under way, in this thread
         self.dirty = False
 
     # --- installing -------------------------------------------------------------------
 
     def install(self) -> None:
         watched = {ref.module for ref in self._refs.values() if ref.kind != "torch_op"}
+        watched |= {ref.module for ref in self._outer.values()}
         watched |= {_CPP_EXTENSION, _TORCH_OPS}
         for name in (_CPP_EXTENSION, _TORCH_OPS):
             module = sys.modules.get(name)
@@ -163,6 +156,10 @@ class Capture:
                 module = sys.modules.get(ref.module)
                 if module is not None:
                     self._wrap_attr(module, ref)
+        for ref in self._outer.values():
+            module = sys.modules.get(ref.module)
+            if module is not None:
+                self._wrap_outer(module, ref)
         self._patch_references()
 
     def _module_refs(self) -> list[OpRef]:
@@ -185,6 +182,9 @@ class Capture:
         for ref in self._refs.values():
             if ref.kind != "torch_op" and ref.module == name:
                 self._wrap_attr(module, ref)
+        for ref in self._outer.values():
+            if ref.module == name:
+                self._wrap_outer(module, ref)
 
     def _wrap_attr(self, owner: object, ref: OpRef) -> None:
         current = getattr(owner, ref.name, None)
@@ -195,6 +195,16 @@ class Capture:
             return
         self._found.add(ref.text)
         wrapper = self._wrapper(current, lambda: self._function_wrapper(ref, current))
+        self._set(owner, ref.name, current, wrapper)
+
+    def _wrap_outer(self, owner: object, ref: OpRef) -> None:
+        """A wrapper the tests call: its calls are not recorded, but the op's calls
+        made inside one say how its arguments reached the op."""
+        current = getattr(owner, ref.name, None)
+        if current is None or id(current) in self._ours or not callable(current) \
+                or isinstance(current, type):
+            return  # a class stays a class; without the wrapper, fewer calls are judged
+        wrapper = self._wrapper(current, lambda: self._outer_wrapper(ref, current))
         self._set(owner, ref.name, current, wrapper)
 
     def _wrap_torch_op(self, ref: OpRef) -> None:
@@ -274,6 +284,29 @@ class Capture:
 
         return wrapper
 
+    def _outer_wrapper(self, ref: OpRef, original: AnyCallable) -> AnyCallable:
+        @functools.wraps(original)
+        def wrapper(*args: object, **kwargs: object) -> object:
+            stack: list[_Frame] = self._frames.__dict__.setdefault("stack", [])
+            frame = _Frame(ref.text, args)
+            stack.append(frame)
+            result: object = None
+            try:
+                result = original(*args, **kwargs)
+                return result
+            finally:
+                stack.pop()
+                self._settle(frame, result)
+
+        return wrapper
+
+    def _settle(self, frame: _Frame, result: object) -> None:
+        """The op's calls made inside a wrapper call, kept with how they got there."""
+        for sig, op_args, returned_none in frame.pending:
+            mapped, consts = trace(frame.args, op_args, _same)
+            back = returned(result, op_args) if returned_none else ()
+            self._keep(replace(sig, via=Via(frame.outer, mapped, consts, back)))
+
     def _loader_wrapper(self, original: AnyCallable) -> AnyCallable:
         @functools.wraps(original)
         def load(*args: object, **kwargs: object) -> object:
@@ -314,7 +347,11 @@ class Capture:
             with self._lock:
                 self._raised[op] += 1
             raise
-        if described is not None:
+        stack: list[_Frame] = self._frames.__dict__.get("stack", [])
+        if described is not None and stack:
+            # The test called the outermost wrapper: the reference is over its arguments.
+            stack[0].pending.append((described, tuple(args), result is None))
+        elif described is not None:
             self._keep(described)
         if self.request.mutant:
             return self._mutated(op, result, args)
@@ -335,7 +372,7 @@ class Capture:
     ) -> CallSignature | None:
         with self._lock:
             self._calls[op] += 1
-            if self._recorded[op] >= self.request.max_calls or _compiling():
+            if self._recorded[op] >= self.request.max_calls or compiling():
                 return None
             test = self.test_id
         try:
@@ -390,6 +427,31 @@ class Capture:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, path)
         self.dirty = False
+
+
+@dataclass
+class _Frame:
+    """One wrapper call under way, and the op's calls made inside it so far."""
+
+    outer: str
+    args: tuple[object, ...]
+    pending: list[tuple[CallSignature, tuple[object, ...], bool]] = field(default_factory=list)
+
+
+def _same(outer: object, inner: object) -> bool:
+    """Whether a wrapper's argument reached the op as this argument: the same object,
+    a view of the same memory (`x.contiguous()` of a contiguous x), or an equal plain
+    value of the same type."""
+    if outer is inner:
+        return True
+    if "torch" in sys.modules:
+        import torch
+
+        if isinstance(outer, torch.Tensor) and isinstance(inner, torch.Tensor):
+            return (outer.data_ptr() == inner.data_ptr() and outer.shape == inner.shape
+                    and outer.dtype == inner.dtype and outer.stride() == inner.stride())
+    plain = (int, float, str)
+    return type(outer) is type(inner) and isinstance(outer, plain) and outer == inner
 
 
 class _OpProxy:
@@ -474,112 +536,6 @@ class _NotifyingLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
-
-
-# --- describing arguments ---------------------------------------------------------------
-
-
-def describe(value: object, depth: int = 0) -> ArgSpec:
-    """The record of one argument."""
-    if "torch" in sys.modules:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            return describe_tensor(value)
-        if isinstance(value, torch.dtype):
-            return ScalarSpec("dtype", str(value).removeprefix("torch."))
-        if isinstance(value, torch.device):
-            return ScalarSpec("device", str(value))
-    plain = _describe_plain(value)
-    if plain is not None:
-        return plain
-    if isinstance(value, (list, tuple)) and len(value) <= MAX_SEQUENCE_ITEMS and depth < MAX_DEPTH:
-        items = tuple(describe(item, depth + 1) for item in value)
-        return SequenceSpec("list" if isinstance(value, list) else "tuple", items)
-    return ScalarSpec("other", f"{type(value).__module__}.{type(value).__qualname__}")
-
-
-def _describe_plain(value: object) -> ScalarSpec | None:
-    # Subclasses (IntEnum, numpy's float64) are kept as the plain value they stand for.
-    if value is None:
-        return ScalarSpec("none")
-    if isinstance(value, bool):  # before int: True is an int too
-        return ScalarSpec("bool", value)
-    if isinstance(value, int):
-        return ScalarSpec("int", int(value))
-    if isinstance(value, float):
-        return ScalarSpec("float", float(value))
-    if isinstance(value, str):
-        return ScalarSpec("str", str(value))
-    return None
-
-
-def describe_tensor(t: torch.Tensor) -> ArgSpec:
-    import torch
-
-    if t.layout != torch.strided:
-        return ScalarSpec("other", f"torch.Tensor({str(t.layout).removeprefix('torch.')})")
-    try:
-        lo, hi, mean, std, has_nan, has_inf = value_stats(t)
-    except RuntimeError:  # a dtype without reductions (float8...): the layout still counts
-        lo, hi, mean, std, has_nan, has_inf = _NO_STATS
-    return TensorSpec(
-        shape=tuple(t.shape),
-        dtype=str(t.dtype).removeprefix("torch."),
-        strides=tuple(t.stride()),
-        contiguous=t.is_contiguous(),
-        device=t.device.type,
-        min=lo,
-        max=hi,
-        mean=mean,
-        has_nan=has_nan,
-        has_inf=has_inf,
-        requires_grad=t.requires_grad,
-        storage_offset=int(t.storage_offset()),
-        std=std,
-    )
-
-
-def value_stats(t: torch.Tensor) -> Stats:
-    """min, max, mean and standard deviation of the finite values, and whether NaN or
-    Inf are present."""
-    import torch
-
-    if t.numel() == 0 or t.is_complex() or t.device.type == "meta" or _capturing(t):
-        return _NO_STATS
-    with torch.no_grad():
-        x = t.detach()
-        has_nan = has_inf = False
-        if x.is_floating_point():
-            has_nan = bool(torch.isnan(x).any())
-            has_inf = bool(torch.isinf(x).any())
-            if has_nan or has_inf:
-                x = x[torch.isfinite(x)]
-                if x.numel() == 0:
-                    return (None, None, None, None, has_nan, has_inf)
-        lo, hi = torch.aminmax(x)
-        mean = std = None
-        if x.numel() <= STATS_MAX_ELEMENTS:
-            wide = x.double()
-            mean = float(wide.mean())
-            std = float(wide.std(correction=0))
-        return (float(lo), float(hi), mean, std, has_nan, has_inf)
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    # Reading a value back inside CUDA graph capture would break the capture.
-    import torch
-
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def _compiling() -> bool:
-    # Inside torch.compile tracing the arguments are fakes: nothing to describe.
-    if "torch" not in sys.modules:
-        return False
-    import torch
-
-    return bool(torch.compiler.is_compiling())
 
 
 def _try_setattr(owner: object, attr: str, value: object) -> None:

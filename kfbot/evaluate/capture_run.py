@@ -97,9 +97,10 @@ def capture_signatures(
     mutant: str | None = None,
     scripts: Sequence[str] = (),
     staged: Sequence[StagedModule] = (),
+    outer: Sequence[OpRef] = (),
 ) -> CaptureResult:
     """Run the tests `targets` (paths or node ids, relative to `root`) and the
-    `scripts`, and record `ops`."""
+    `scripts`, and record `ops`; calls made inside the wrappers `outer` say so."""
     root = root.resolve()
     if not ops:
         raise KfbotError("capture: name at least one op to record")
@@ -108,7 +109,7 @@ def capture_signatures(
     with tempfile.TemporaryDirectory(prefix="kfbot-capture-") as tmp:
         out = Path(tmp) / "capture.json"
         request = CaptureRequest(ops=tuple(ops), out=str(out), max_calls=max_calls,
-                                 mutant=mutant)
+                                 mutant=mutant, outer=tuple(outer))
         env = capture_env(request, extra_env, kfbot_import_dir(Path(tmp)), staged)
         runs: list[ProcessRun] = []
         if targets:

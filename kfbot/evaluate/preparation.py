@@ -142,6 +142,7 @@ class Preparation:
             timeout_s=self._capture_timeout_s,
             scripts=self.task.script_targets,
             staged=self.staged(),
+            outer=[OpRef.parse(r.outer) for r in self.task.references if r.outer],
         )
         sigs = sorted(result.signatures, key=_size, reverse=True)
         if sigs:

@@ -39,6 +39,9 @@ class ReferenceSpec:
     # The test (file::function) or script it came from: it judges the calls that test
     # made, not another test's, whose literal arguments may differ.
     tests: tuple[str, ...] = ()
+    # The wrapper the test calls ("fusedact:fused_gelu") when it is not the op: the
+    # reference is over its arguments (see `kfbot.evaluate.via`).
+    outer: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -48,6 +51,7 @@ class ReferenceSpec:
             "description": self.description,
             "callable_ref": self.callable_ref,
             "tests": list(self.tests),
+            "outer": self.outer,
         }
 
 
@@ -115,7 +119,17 @@ def _lambda(
         return Unusable(f"the reference {ref.reference} calls the op itself ({ref.op})")
     return ReferenceSpec(source=source, imports=carried.imports,
                          description=f"{ref.reference} from {ref.file}:{ref.line}",
-                         definitions=carried.definitions, tests=(_test_id(ref),))
+                         definitions=carried.definitions, tests=(_test_id(ref),),
+                         outer=outer_ref(ref))
+
+
+def outer_ref(ref: ReferenceTest) -> str | None:
+    """The wrapper the test calls, as a callable's reference ("pkg.mod:func"), from the
+    scan's `target` ("pkg.mod.func"; ".ops.swiglu" beside the test: "ops:swiglu")."""
+    if not ref.target:
+        return None
+    module, _, name = ref.target.lstrip(".").rpartition(".")
+    return f"{module}:{name}" if module and name.isidentifier() else None
 
 
 def _called(expr: ast.expr, module: ast.Module, params: list[str]) -> ast.expr:

@@ -90,14 +90,7 @@ def _build(kernel: Kernel) -> BuildRecipe:
             "a task with a `build:` section in kfbot.yaml"
         )
     declared = [b for b in kernel.builds if b.origin == "declared"]
-    build = (declared or list(kernel.builds))[0]
-    if build.kind == "kernel_builder":
-        raise KfbotError(
-            f"{kernel.id}: built by the Hugging Face kernel builder ({build.file}:"
-            f"{build.line}), which kfbot cannot build yet; declare a task with a "
-            "`build:` section (kind load or setup_py) in kfbot.yaml"
-        )
-    return build
+    return (declared or list(kernel.builds))[0]
 
 
 def _op(kernel: Kernel, build: BuildRecipe) -> OpBinding:
