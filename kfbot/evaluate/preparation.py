@@ -12,6 +12,7 @@ Everything here runs on the CPU; the engine adds the GPU's steps.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -187,14 +188,16 @@ def python_sources(root: Path) -> dict[str, str]:
     """Every Python file of the repository by path, read as text; links that leave it
     and build outputs are not followed."""
     found: dict[str, str] = {}
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if any(default_skip(part) for part in rel.parts[:-1]) or not inside(root, path):
-            continue
-        try:
-            found[rel.as_posix()] = path.read_text(errors="replace")
-        except OSError:
-            continue  # unreadable: it cannot have run either
+    for folder, dirs, files in os.walk(root):  # links to folders are not walked into
+        dirs[:] = sorted(d for d in dirs if not default_skip(d))
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = Path(folder) / name
+            if not inside(root, path):
+                continue
+            try:
+                found[path.relative_to(root).as_posix()] = path.read_text(errors="replace")
+            except OSError:
+                continue  # unreadable: it cannot have run either
     return found
 
 
