@@ -43,6 +43,7 @@ from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
 from kfbot.scan.python_facts import extract_python_facts
+from kfbot.text import read_source
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
@@ -147,7 +148,7 @@ class Engine:
             return ()
         text = candidate.files.get(recipe.file)
         if text is None:
-            text = (self.task.root / recipe.file).read_text()
+            text = read_source(self.task.root / recipe.file, recipe.file)
         facts = extract_python_facts(recipe.file, text.encode())
         return tuple(
             self._inline_text(s, candidate) for s in facts.inline_sources if s.build == recipe.name
@@ -156,7 +157,8 @@ class Engine:
     def _inline_text(self, source: InlineSource, candidate: Candidate) -> InlineSource:
         if source.text is not None or source.path is None:
             return source
-        text = candidate.files.get(source.path) or (self.task.root / source.path).read_text()
+        text = candidate.files.get(source.path) or read_source(self.task.root / source.path,
+                                                               source.path)
         return InlineSource(source.build, source.language, text, 0, source.path)
 
     def original(self) -> BuildResult:

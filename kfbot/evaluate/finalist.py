@@ -31,6 +31,7 @@ from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.staged import STAGED_ENV, StagedModule, encode
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import copy_repository
+from kfbot.text import write_source
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,14 @@ def _why(ran: Ran) -> str:
 
 
 def _prepared_copy(root: Path, tmp: Path, candidate: Candidate) -> Path:
+    """The repository's own files (no link out of it followed) with the candidate's laid
+    over them; build outputs are left out so the copy builds its own."""
     copy = tmp / "repo"
     copy_repository(root, copy)
     for rel, text in candidate.files.items():
         target = copy / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        write_source(target, text)
     return copy
 
 

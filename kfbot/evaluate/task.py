@@ -16,7 +16,9 @@ from kfbot.config import Config, TaskConfig
 from kfbot.errors import KfbotError
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
+from kfbot.paths import resolve_inside
 from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
+from kfbot.text import read_source
 
 OpKind = Literal["module", "torch_op", "callable"]
 EXTENSION_NAMESPACE = "TORCH_EXTENSION_NAME"
@@ -57,6 +59,7 @@ class KernelTask:
 
 
 def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
+    _check_sources(root, kernel.editable_files)
     task_cfg = next((t for t in config.tasks if t.name == kernel.task), None)
     build = _build(kernel)
     op = _op(kernel, build)
@@ -81,6 +84,13 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         flops=task_cfg.flops if task_cfg else None,
         tunables=kernel.tunables,
     )
+
+
+def _check_sources(root: Path, editable: tuple[str, ...]) -> None:
+    """Files a candidate may edit must be in the repository and UTF-8: refused now, before
+    any GPU time, rather than after a search whose winner could not be committed as is."""
+    for rel in editable:
+        read_source(resolve_inside(root, rel, "kernel source"), rel)
 
 
 def _build(kernel: Kernel) -> BuildRecipe:

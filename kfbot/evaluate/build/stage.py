@@ -33,6 +33,7 @@ from kfbot.evaluate.build.registrations import (
     registers_module,
     rename_registrations,
 )
+from kfbot.paths import inside
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.model import BuildRecipe
 
@@ -74,13 +75,18 @@ class _Tree:
     def read(self, path: str) -> str | None:
         if path in self.files:
             return self.files[path]
+        if not self.inside(path):
+            return None
         try:
-            return (self.root / path).read_text(encoding="utf-8", errors="replace")
+            # Line endings kept; the editable files were checked to be UTF-8 when the task
+            # was made, so only files kfbot never commits can lose a byte here.
+            return (self.root / path).read_bytes().decode("utf-8", errors="replace")
         except OSError:
             return None
 
     def inside(self, path: str) -> bool:
-        return not os.path.isabs(path)
+        """Relative, and its real path (links followed) stays in the repository."""
+        return not os.path.isabs(path) and inside(self.root, self.root / path)
 
 
 def _tree(request: BuildRequest) -> _Tree:
