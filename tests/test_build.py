@@ -262,6 +262,27 @@ def test_torch_library_namespaces_are_renamed_per_candidate(builder: Builder) ->
     assert not staging.python_module
 
 
+def test_namespaces_named_by_macros_are_renamed_too(builder: Builder) -> None:
+    """torch_ops_multi defines `kfops` through TORCH_LIBRARY_EXPAND(KFOPS_NAMESPACE, m)
+    and adds to it with a plain TORCH_LIBRARY_FRAGMENT(kfops, m): both must follow, or
+    the original and a candidate register one namespace twice in the worker."""
+    root = FIXTURES / "torch_ops_multi"
+    recipe = _recipe("kfops_ext", "kfops/__init__.py",
+                     ("csrc/ops.cpp", "csrc/fragment.cpp"), include_dirs=("csrc",))
+    staging = builder.stage(BuildRequest(recipe, root, tag="t1"))
+    ops = (staging.directory / "csrc" / "ops.cpp").read_text()
+    fragment = (staging.directory / "csrc" / "fragment.cpp").read_text()
+    assert "TORCH_LIBRARY_EXPAND(kfops_kft1, m)" in ops
+    assert "TORCH_LIBRARY_IMPL(kfops_kft1, CUDA, m)" in ops
+    assert "TORCH_LIBRARY_FRAGMENT(kfops_kft1, m)" in fragment
+    assert "TORCH_LIBRARY_IMPL_EXPAND(kfops_kft1, CUDA, m)" in fragment
+    assert staging.library_namespaces == {"kfops": "kfops_kft1", "KFOPS_NAMESPACE": "kfops_kft1"}
+    real = builder.stage(BuildRequest(recipe, root, tag="repo", real_names=True))
+    assert "TORCH_LIBRARY_EXPAND(KFOPS_NAMESPACE, m)" in \
+        (real.directory / "csrc" / "ops.cpp").read_text()
+    assert real.library_namespaces == {"kfops": "kfops", "KFOPS_NAMESPACE": "kfops"}
+
+
 def test_rename_registrations_leaves_torch_namespaces_and_comments_alone() -> None:
     text = (
         "// TORCH_LIBRARY(ops, m) in a comment\n"
@@ -348,7 +369,7 @@ def test_importing_the_builder_does_not_import_torch() -> None:
 
 
 def test_nvcc_flag_params_reach_device_compiles_only() -> None:
-    from kfbot.evaluate.build import _command
+    from kfbot.evaluate.build.flags import compile_command as _command
     from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM
     from kfbot.evaluate.torch_build import TorchFlags
 

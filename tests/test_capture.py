@@ -22,7 +22,7 @@ import torch
 
 import kfbot
 from kfbot.errors import KfbotError
-from kfbot.evaluate.capture import Capture, describe
+from kfbot.evaluate.capture import Capture
 from kfbot.evaluate.capture_run import (
     CaptureResult,
     capture_env,
@@ -30,6 +30,7 @@ from kfbot.evaluate.capture_run import (
     kfbot_import_dir,
     read_results,
 )
+from kfbot.evaluate.describe import describe
 from kfbot.evaluate.signature import (
     ArgSpec,
     CallSignature,
@@ -313,12 +314,18 @@ def test_torch_op_registered_later_is_wrapped() -> None:
         out = torch.ops.kfcapin.twice(torch.ones(2))
         assert torch.equal(out, torch.full((2,), 2.0))
         assert str(torch.ops.kfcapin.twice.default) == "kfcapin.twice.default"
+        # The overload is the op too: its calls are recorded under the op's name.
+        out = torch.ops.kfcapin.twice.default(torch.ones(3))
+        assert torch.equal(out, torch.full((3,), 2.0))
     finally:
         capture.uninstall()
     result = capture.result()
     assert result.found == ("torch.ops.kfcapin.twice",) and result.errors == ()
-    spec = TensorSpec((2,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0, std=0.0)
-    assert result.signatures == (sig("torch.ops.kfcapin.twice", spec, tests=("t.py::test_twice",)),)
+    two = TensorSpec((2,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0, std=0.0)
+    three = TensorSpec((3,), "float32", (1,), True, "cpu", 1.0, 1.0, 1.0, std=0.0)
+    assert result.signatures == (sig("torch.ops.kfcapin.twice", two, tests=("t.py::test_twice",)),
+                                 sig("torch.ops.kfcapin.twice", three,
+                                     tests=("t.py::test_twice",)))
 
 
 def test_worker_files_are_merged(tmp_path: Path, ops_module: ModuleType) -> None:

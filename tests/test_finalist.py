@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import time
 from pathlib import Path
 
 from kfbot.evaluate.candidate import Candidate
@@ -14,7 +18,7 @@ TEST = "from ops import double\n\ndef test_double():\n    assert double([1, 2]) 
 
 
 def _task(root: Path, targets: tuple[str, ...] = ("tests/test_ops.py::test_double",),
-          kind: str = "load") -> KernelTask:
+          kind: str = "load", scripts: tuple[str, ...] = ()) -> KernelTask:
     (root / "tests").mkdir(parents=True, exist_ok=True)
     (root / "ops.py").write_text(OP)
     (root / "tests" / "test_ops.py").write_text(TEST)
@@ -24,7 +28,8 @@ def _task(root: Path, targets: tuple[str, ...] = ("tests/test_ops.py::test_doubl
                         else "ops.py", line=1)  # type: ignore[arg-type]
     return KernelTask(kernel_id="ops.cu::k", kernel_name="k", root=root, build=build,
                       op=OpBinding("module", "ops_ext", "double"), references=(),
-                      unusable_references=(), test_targets=targets, editable_files=("ops.py",))
+                      unusable_references=(), test_targets=targets, editable_files=("ops.py",),
+                      script_targets=scripts)
 
 
 def test_a_correct_candidate_passes_and_the_tree_is_untouched(tmp_path: Path) -> None:
@@ -32,7 +37,7 @@ def test_a_correct_candidate_passes_and_the_tree_is_untouched(tmp_path: Path) ->
     faster = Candidate(files={"ops.py": "def double(x):\n    return [v + v for v in x]\n"})
     result = run_finalist(task, faster, timeout_s=120)
     assert result.passed, result.output_tail
-    assert result.commands == ("python -u -m pytest -q -p no:cacheprovider "
+    assert result.commands == ("python -m pytest -q -p no:cacheprovider "
                                "tests/test_ops.py::test_double",)
     assert (tmp_path / "ops.py").read_text() == OP
 
@@ -42,15 +47,91 @@ def test_a_wrong_candidate_fails_with_the_test_output(tmp_path: Path) -> None:
     wrong = Candidate(files={"ops.py": "def double(x):\n    return [3 * v for v in x]\n"})
     result = run_finalist(task, wrong, timeout_s=120)
     assert not result.passed
-    assert result.reason.startswith("`python -u -m pytest") and "(exit 1)" in result.reason
+    assert result.reason.startswith("`python -m pytest") and "(exit 1)" in result.reason
     assert "assert [3, 6] == [2, 4]" in result.output_tail
 
 
-def test_scripts_run_as_scripts_and_time_out(tmp_path: Path) -> None:
-    task = _task(tmp_path, targets=("check.py",))
-    (tmp_path / "check.py").write_text("import time\ntime.sleep(30)\n")
-    result = run_finalist(task, Candidate(files={"ops.py": OP}), timeout_s=2)
+SCRIPT = """\
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from ops import double
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__":
+    assert os.getcwd() == HERE, os.getcwd()
+    values = [int(v) for v in open("values.txt").read().split()]
+    open("result.txt", "w").write(str(double(values)))  # written in the copy only
+    print("doubled", double(values))
+    {ending}
+"""
+
+
+def _script_task(root: Path, ending: str = "pass") -> KernelTask:
+    task = _task(root, targets=(), scripts=("examples/check.py",))
+    (root / "examples").mkdir()
+    (root / "examples" / "values.txt").write_text("1 2 3\n")
+    (root / "examples" / "check.py").write_text(SCRIPT.format(ending=ending))
+    return task
+
+
+def test_scripts_run_as_scripts_from_their_own_folder(tmp_path: Path) -> None:
+    root = _git(tmp_path / "repo")
+    task = _script_task(root)
+    before = _snapshot(root)
+    result = run_finalist(task, Candidate(files={"ops.py": OP}), timeout_s=120)
+    assert result.passed, result.output_tail
+    assert result.commands == ("python check.py (in examples/)",)
+    assert "doubled [2, 4, 6]" in result.output_tail
+    assert _snapshot(root) == before  # no result.txt, no __pycache__ in the checkout
+
+
+def test_a_script_that_exits_1_fails_with_its_output(tmp_path: Path) -> None:
+    task = _script_task(tmp_path, ending='sys.exit("the outputs differ")')
+    result = run_finalist(task, Candidate(files={"ops.py": OP}), timeout_s=120)
+    assert not result.passed
+    assert result.reason == "`python check.py (in examples/)` failed (exit 1)"
+    assert result.output_tail.strip().endswith("the outputs differ")
+
+
+def test_a_hanging_script_times_out_and_is_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    hang = ("import subprocess, time; child = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(600)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(600)")
+    task = _script_task(tmp_path / "repo", ending=hang)
+    started = time.monotonic()
+    result = run_finalist(task, Candidate(files={"ops.py": OP}), timeout_s=8)
+    assert time.monotonic() - started < 30
     assert not result.passed and "timed out" in result.reason
+    assert not _alive(int(pid_file.read_text()))
+
+
+def _git(root: Path) -> Path:
+    root.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+def _snapshot(root: Path) -> tuple[str, dict[str, str]]:
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=root,
+                            capture_output=True, text=True, check=True).stdout
+    return status, {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                    for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts}
+
+
+def _alive(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return False  # killed; its parent is gone and init reaps it a moment later
+        time.sleep(0.1)
+    return True
 
 
 def test_setup_py_builds_first(tmp_path: Path) -> None:

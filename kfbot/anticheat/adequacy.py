@@ -18,6 +18,7 @@ from typing import Any, Literal
 from kfbot.anticheat.findings import Finding
 from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.signature import OpRef
+from kfbot.evaluate.staged import StagedModule
 
 MUTANTS = ("zeros", "constant", "passthrough", "uninitialized", "half-precision")
 MutantVerdictKind = Literal["rejected", "accepted", "not-run"]
@@ -83,13 +84,14 @@ class Adequacy:
 
 def check_adequacy(
     root: Path, targets: Sequence[str], op: OpRef, timeout_s: float = 600,
-    mutants: Sequence[str] = MUTANTS,
+    mutants: Sequence[str] = MUTANTS, staged: Sequence[StagedModule] = (),
 ) -> Adequacy:
-    """Run the tests `targets` once per mutant, the op's result replaced by it."""
+    """Run the tests `targets` once per mutant, the op's result replaced by it; `staged`
+    makes kfbot's build of the extension importable under its real name."""
     verdicts = []
     for mutant in mutants:
         result = capture_signatures(root, targets, [op], timeout_s=timeout_s, max_calls=0,
-                                    mutant=mutant)
+                                    mutant=mutant, staged=staged)
         verdicts.append(judge(mutant, result))
     return Adequacy(tuple(targets), tuple(verdicts))
 

@@ -21,6 +21,7 @@ from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.steps import first_failure
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
@@ -196,6 +197,11 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
 
 
 def _require_baseline(task: KernelTask, base: Evaluation) -> None:
+    failure = first_failure(base.steps)
+    if failure is not None and failure.step != "comparison":
+        raise KfbotError(f"{task.kernel_id}: the baseline stopped at the {failure.step} step: "
+                         f"{failure.summary} (`kfbot verify {task.kernel_name} --explain` "
+                         "shows the evidence)")
     if not base.ok:
         raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
                          f"{base.reason}. If that error is one the op may make, declare the "

@@ -32,6 +32,9 @@ def add_format_arguments(p: argparse.ArgumentParser, json_help: str) -> None:
                      help=json_help)
     fmt.add_argument("--format", choices=("table", "json", "markdown"), default="table",
                      help="table for people, json for programs, markdown for reports")
+    # On the parser as well: of two options sharing a dest, the first (--json, default
+    # None) sets the value first, and tables went to stderr as if JSON were asked for.
+    p.set_defaults(format="table")
 
 
 def duration_argument(text: str) -> float:

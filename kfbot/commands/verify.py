@@ -12,6 +12,7 @@ from kfbot.commands.common import add_kernel_arguments, candidate_of, kernel_tas
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate import report
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.steps import first_failure
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +22,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="also run the repository's test against trivial mutants of the op "
                         "(zeros, constant, passthrough, uninitialized, half precision) to see "
                         "whether it can be trusted as a judge")
+    p.add_argument("--explain", action="store_true",
+                   help="print each step of the original's baseline (pair, build, import, "
+                        "capture, reference, comparison) with its outcome, its evidence and "
+                        "the kfbot.yaml that would fix a failed one; the steps before the "
+                        "comparison need no GPU")
     p.add_argument("--finalist", action="store_true",
                    help="also rebuild a copy of the repository with the candidate its own way "
                         "and run its reference tests (slow)")
@@ -32,13 +38,20 @@ def run(args: argparse.Namespace) -> int:
     candidate = candidate_of(args, task)
     console = Console(stderr=args.format != "table")
     with make_engine(task, args.gpu) as engine:
+        if args.explain:
+            before = engine.prepare_baseline()
+            report.print_steps(before, console)
+            if first_failure(before) is not None:
+                return EXIT_FAILURE  # the answer is known; the GPU is not needed for it
         base = engine.baseline()
+        if args.explain:
+            report.print_steps(base.steps[len(before):], console)
         results = {"original": base}
         if base.ok and candidate.files:
             results["candidate"] = engine.evaluate(candidate, bench=False)
         final = engine.finalist(candidate) if args.finalist else None
         gate = engine.adequacy() if args.adequacy else None
-    _emit(task.kernel_name, results, args.format, console)
+    _emit(task.kernel_name, results, args.format, console, args.explain)
     if gate is not None:
         console.print(f"test adequacy: {gate.summary()}", highlight=False)
     if final is not None:
@@ -51,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if passed else EXIT_FAILURE
 
 
-def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console) -> None:
+def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console,
+          explained: bool) -> None:
     if fmt == "json":
         json.dump({k: report.to_json(name, v) for k, v in results.items()}, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -61,6 +75,8 @@ def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console)
             sys.stdout.write(report.to_markdown(f"{name} ({label})", ev))
             continue
         console.print(report.verdict_line(f"{name} ({label})", ev), highlight=False)
+        if not explained:
+            report.print_failed_step(ev, console)
         report.print_checks(ev, console)
         report.print_findings(ev, console)
         report.print_diagnostics(ev, console)

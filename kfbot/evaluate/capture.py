@@ -1,7 +1,8 @@
-"""A pytest plugin that records how named ops are called by a repository's own tests.
+"""Record how named ops are called by a repository's own tests and scripts.
 
-Loaded with `-p kfbot.evaluate.capture` and switched on by the `KFBOT_CAPTURE`
-environment variable, a JSON `CaptureRequest`:
+The recorder of the capture plugin (`kfbot.evaluate.capture_plugin`, for pytest) and
+of the script runner (`kfbot.evaluate.harness`), both switched on by the
+`KFBOT_CAPTURE` environment variable, a JSON `CaptureRequest`:
 
     {"ops": [{"kind": "module", "module": "inline_softmax", "name": "softmax"}],
      "out": "/tmp/capture.json", "max_calls": 500}
@@ -12,11 +13,14 @@ wrapper goes depends on how the repository reaches the op:
 
 - `module`: an attribute of a module. Modules returned by
   `torch.utils.cpp_extension.load`/`load_inline` with a matching `name=` are wrapped
-  as they are returned; modules imported by name are wrapped when their import
-  finishes (a `sys.meta_path` hook) or, when already imported, before each test.
+  as they are returned (and when kfbot staged a build of that name, `load` returns
+  kfbot's build instead of compiling the repository's sources again); modules
+  imported by name are wrapped when their import finishes (a `sys.meta_path` hook)
+  or, when already imported, before each test.
 - `torch_op`: the `torch.ops.<ns>.<op>` attribute is replaced by a proxy on the
-  namespace object (setattr works there in torch 2.x) once the op is registered;
-  attribute access (`.default`, overload names) goes to the real packet, unrecorded.
+  namespace object (setattr works there in torch 2.x) once the op is registered
+  (looked for again after each library load); attribute access (`.default`, overload
+  names) goes to the real packet, unrecorded.
 - `callable`: the attribute of its module (imported after collection when the tests
   did not), plus every module global that still holds the original, which catches
   `from pkg.mod import func` done before the wrapper was in place.
@@ -25,11 +29,7 @@ Calls are described before the op runs (an op may write into its inputs) and kep
 only when it returns: a call that raises is counted but makes no signature. Per op,
 the first `max_calls` calls are described; later ones are only counted.
 
-The results go to `out` after each test that recorded something (so a run killed
-for time still leaves what it saw) and at the end of the session, failures or not.
-Under pytest-xdist each worker writes `<out>.<worker id>`.
-
-torch is imported only once the tests have imported it.
+torch is imported only once the repository's code has imported it.
 """
 
 from __future__ import annotations
@@ -43,44 +43,33 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import pytest
-
-from kfbot.errors import KfbotError
+from kfbot.evaluate.describe import compiling, describe
 from kfbot.evaluate.signature import (
     CAPTURE_ENV,
-    ArgSpec,
     CallSignature,
     CaptureFile,
     CaptureRequest,
     OpRef,
-    ScalarSpec,
-    SequenceSpec,
-    TensorSpec,
     merge_pair,
     signature_key,
 )
+from kfbot.evaluate.staged import current_finder
+from kfbot.evaluate.via import Via, returned, trace
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
-# Above this many elements the mean and spread are skipped: they need float64 passes.
-STATS_MAX_ELEMENTS = 1 << 26
-# Longer lists and deeper nesting are recorded as opaque "other" values.
-MAX_SEQUENCE_ITEMS = 1024
-MAX_DEPTH = 4
 _CPP_EXTENSION = "torch.utils.cpp_extension"
 _LOADERS = ("load", "load_inline")
+_TORCH_OPS = "torch._ops"  # its `ops.load_library` registers a library's ops
 
 AnyCallable = Callable[..., object]
-# min, max, mean, std, has NaN, has Inf
-Stats = tuple[float | None, float | None, float | None, float | None, bool, bool]
-_NO_STATS: Stats = (None, None, None, None, False, False)
 
 
 @dataclass(frozen=True)
@@ -99,8 +88,11 @@ class Capture:
     that appeared since, `uninstall()` puts every original back.
     """
 
-    def __init__(self, request: CaptureRequest) -> None:
+    def __init__(self, request: CaptureRequest, save_to: Path | None = None) -> None:
         self.request = request
+        # Written at each new signature: a script has no test boundaries to save at,
+        # and one that fails or exits later must not lose what it showed.
+        self._save_to = save_to
         self.test_id = ""  # the node id of the test running now; "" outside tests
         self._refs = {ref.text: ref for ref in request.ops}
         self._lock = threading.RLock()
@@ -116,17 +108,23 @@ class Capture:
         self._scanned: dict[str, tuple[int, int]] = {}
         self._finder: _PostImportFinder | None = None
         self._found: set[str] = set()  # ops wrapped at least once
+        self._outer = {ref.text: ref for ref in request.outer if ref.kind == "callable"}
+        self._frames = threading.local()  # the wrapper calls under way, in this thread
         self.dirty = False
 
     # --- installing -------------------------------------------------------------------
 
     def install(self) -> None:
         watched = {ref.module for ref in self._refs.values() if ref.kind != "torch_op"}
-        if self._module_refs():
-            watched.add(_CPP_EXTENSION)
-            cpp_extension = sys.modules.get(_CPP_EXTENSION)
-            if cpp_extension is not None:
-                self._patch_loaders(cpp_extension)
+        watched |= {ref.module for ref in self._outer.values()}
+        watched |= {_CPP_EXTENSION, _TORCH_OPS}
+        for name in (_CPP_EXTENSION, _TORCH_OPS):
+            module = sys.modules.get(name)
+            if module is not None:
+                self._patch_loaders(module)
+        staged = current_finder()
+        if staged is not None:
+            staged.on_load = self.after_load
         self._finder = _PostImportFinder(frozenset(watched), self._on_import)
         sys.meta_path.insert(0, self._finder)
         self.refresh()
@@ -158,17 +156,35 @@ class Capture:
                 module = sys.modules.get(ref.module)
                 if module is not None:
                     self._wrap_attr(module, ref)
+        for ref in self._outer.values():
+            module = sys.modules.get(ref.module)
+            if module is not None:
+                self._wrap_outer(module, ref)
         self._patch_references()
 
     def _module_refs(self) -> list[OpRef]:
         return [ref for ref in self._refs.values() if ref.kind == "module"]
 
+    def after_load(self, module: object) -> None:
+        """A library was loaded: the ops it registers can be wrapped now."""
+        del module
+        for ref in self._refs.values():
+            if ref.kind == "torch_op":
+                self._wrap_torch_op(ref)
+
     def _on_import(self, module: ModuleType) -> None:
-        if module.__name__ == _CPP_EXTENSION:
+        # The name it was imported by: an extension's own `__name__` is the one its
+        # PyInit gave it (a build's TORCH_EXTENSION_NAME), not the import's.
+        spec = getattr(module, "__spec__", None)
+        name = spec.name if spec is not None else module.__name__
+        if name in (_CPP_EXTENSION, _TORCH_OPS):
             self._patch_loaders(module)
         for ref in self._refs.values():
-            if ref.kind != "torch_op" and ref.module == module.__name__:
+            if ref.kind != "torch_op" and ref.module == name:
                 self._wrap_attr(module, ref)
+        for ref in self._outer.values():
+            if ref.module == name:
+                self._wrap_outer(module, ref)
 
     def _wrap_attr(self, owner: object, ref: OpRef) -> None:
         current = getattr(owner, ref.name, None)
@@ -179,6 +195,16 @@ class Capture:
             return
         self._found.add(ref.text)
         wrapper = self._wrapper(current, lambda: self._function_wrapper(ref, current))
+        self._set(owner, ref.name, current, wrapper)
+
+    def _wrap_outer(self, owner: object, ref: OpRef) -> None:
+        """A wrapper the tests call: its calls are not recorded, but the op's calls
+        made inside one say how its arguments reached the op."""
+        current = getattr(owner, ref.name, None)
+        if current is None or id(current) in self._ours or not callable(current) \
+                or isinstance(current, type):
+            return  # a class stays a class; without the wrapper, fewer calls are judged
+        wrapper = self._wrapper(current, lambda: self._outer_wrapper(ref, current))
         self._set(owner, ref.name, current, wrapper)
 
     def _wrap_torch_op(self, ref: OpRef) -> None:
@@ -196,12 +222,20 @@ class Capture:
             wrapper = self._wrapper(packet, lambda: _OpProxy(self, ref.text, packet))
             self._set(namespace, ref.name, packet, wrapper)
 
-    def _patch_loaders(self, cpp_extension: ModuleType) -> None:
+    def _patch_loaders(self, module: ModuleType) -> None:
+        if module.__name__ == _TORCH_OPS:
+            ops = getattr(module, "ops", None)
+            original = getattr(ops, "load_library", None)
+            if callable(original) and id(original) not in self._ours:
+                wrapper = self._wrapper(original, functools.partial(self._library_wrapper,
+                                                                    original))
+                self._set(ops, "load_library", original, wrapper)
+            return
         for name in _LOADERS:
-            original = getattr(cpp_extension, name, None)
+            original = getattr(module, name, None)
             if callable(original) and id(original) not in self._ours:
                 wrapper = self._wrapper(original, functools.partial(self._loader_wrapper, original))
-                self._set(cpp_extension, name, original, wrapper)
+                self._set(module, name, original, wrapper)
 
     def _wrapper(self, original: object, make: Callable[[], object]) -> object:
         """The one wrapper of `original`, made on first use."""
@@ -250,18 +284,57 @@ class Capture:
 
         return wrapper
 
+    def _outer_wrapper(self, ref: OpRef, original: AnyCallable) -> AnyCallable:
+        @functools.wraps(original)
+        def wrapper(*args: object, **kwargs: object) -> object:
+            stack: list[_Frame] = self._frames.__dict__.setdefault("stack", [])
+            frame = _Frame(ref.text, args)
+            stack.append(frame)
+            result: object = None
+            try:
+                result = original(*args, **kwargs)
+                return result
+            finally:
+                stack.pop()
+                self._settle(frame, result)
+
+        return wrapper
+
+    def _settle(self, frame: _Frame, result: object) -> None:
+        """The op's calls made inside a wrapper call, kept with how they got there."""
+        for sig, op_args, returned_none in frame.pending:
+            mapped, consts = trace(frame.args, op_args, _same)
+            back = returned(result, op_args) if returned_none else ()
+            self._keep(replace(sig, via=Via(frame.outer, mapped, consts, back)))
+
     def _loader_wrapper(self, original: AnyCallable) -> AnyCallable:
         @functools.wraps(original)
         def load(*args: object, **kwargs: object) -> object:
-            module = original(*args, **kwargs)
             name = kwargs.get("name", args[0] if args else None)
+            staged = current_finder()
+            module: object
+            if staged is not None and isinstance(name, str) and name in staged.names:
+                module = staged.load(name, python_module=kwargs.get("is_python_module", True)
+                                     is not False)
+            else:
+                module = original(*args, **kwargs)
             if isinstance(module, ModuleType):
                 for ref in self._module_refs():
                     if ref.module == name:
                         self._wrap_attr(module, ref)
+            self.after_load(module)
             return module
 
         return load
+
+    def _library_wrapper(self, original: AnyCallable) -> AnyCallable:
+        @functools.wraps(original)
+        def load_library(*args: object, **kwargs: object) -> object:
+            result = original(*args, **kwargs)
+            self.after_load(result)
+            return result
+
+        return load_library
 
     def call(
         self, op: str, original: AnyCallable, args: Sequence[object], kwargs: Mapping[str, object]
@@ -274,7 +347,11 @@ class Capture:
             with self._lock:
                 self._raised[op] += 1
             raise
-        if described is not None:
+        stack: list[_Frame] = self._frames.__dict__.get("stack", [])
+        if described is not None and stack:
+            # The test called the outermost wrapper: the reference is over its arguments.
+            stack[0].pending.append((described, tuple(args), result is None))
+        elif described is not None:
             self._keep(described)
         if self.request.mutant:
             return self._mutated(op, result, args)
@@ -295,7 +372,7 @@ class Capture:
     ) -> CallSignature | None:
         with self._lock:
             self._calls[op] += 1
-            if self._recorded[op] >= self.request.max_calls or _compiling():
+            if self._recorded[op] >= self.request.max_calls or compiling():
                 return None
             test = self.test_id
         try:
@@ -316,6 +393,8 @@ class Capture:
             self._signatures[key] = sig if seen is None else merge_pair(seen, sig)
             self._recorded[sig.op] += 1
             self.dirty = True
+            if seen is None and self._save_to is not None:
+                self.save(self._save_to)
 
     # --- results ----------------------------------------------------------------------
 
@@ -334,6 +413,13 @@ class Capture:
                 found=tuple(op for op in self._refs if op in self._found),
             )
 
+    def save(self, path: Path) -> None:
+        """`write`, with a failure told on stderr: the repository's code goes on."""
+        try:
+            self.write(path)
+        except OSError as exc:
+            print(f"kfbot capture: cannot write {path}: {_one_line(exc)}", file=sys.stderr)
+
     def write(self, path: Path) -> None:
         """Replace `path` with the results so far, atomically."""
         text = json.dumps(self.result().to_json(), indent=1)
@@ -343,8 +429,34 @@ class Capture:
         self.dirty = False
 
 
+@dataclass
+class _Frame:
+    """One wrapper call under way, and the op's calls made inside it so far."""
+
+    outer: str
+    args: tuple[object, ...]
+    pending: list[tuple[CallSignature, tuple[object, ...], bool]] = field(default_factory=list)
+
+
+def _same(outer: object, inner: object) -> bool:
+    """Whether a wrapper's argument reached the op as this argument: the same object,
+    a view of the same memory (`x.contiguous()` of a contiguous x), or an equal plain
+    value of the same type."""
+    if outer is inner:
+        return True
+    if "torch" in sys.modules:
+        import torch
+
+        if isinstance(outer, torch.Tensor) and isinstance(inner, torch.Tensor):
+            return (outer.data_ptr() == inner.data_ptr() and outer.shape == inner.shape
+                    and outer.dtype == inner.dtype and outer.stride() == inner.stride())
+    plain = (int, float, str)
+    return type(outer) is type(inner) and isinstance(outer, plain) and outer == inner
+
+
 class _OpProxy:
-    """Stands in for a `torch.ops` packet: calls are recorded, the rest is delegated."""
+    """Stands in for a `torch.ops` packet: calls are recorded, the rest is delegated;
+    an overload (`.default`, `.out`) is a proxy too, recorded as the op."""
 
     def __init__(self, capture: Capture, op: str, packet: AnyCallable) -> None:
         self._capture = capture
@@ -355,10 +467,16 @@ class _OpProxy:
         return self._capture.call(self._op, self._packet, args, kwargs)
 
     def __getattr__(self, name: str) -> object:
-        return getattr(self._packet, name)
+        value = getattr(self._packet, name)
+        if type(value).__name__ == "OpOverload":
+            return _OpProxy(self._capture, self._op, value)
+        return value
 
     def __repr__(self) -> str:
         return repr(self._packet)
+
+    def __str__(self) -> str:
+        return str(self._packet)
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
@@ -420,112 +538,6 @@ class _NotifyingLoader(importlib.abc.Loader):
         return getattr(self._inner, name)
 
 
-# --- describing arguments ---------------------------------------------------------------
-
-
-def describe(value: object, depth: int = 0) -> ArgSpec:
-    """The record of one argument."""
-    if "torch" in sys.modules:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            return describe_tensor(value)
-        if isinstance(value, torch.dtype):
-            return ScalarSpec("dtype", str(value).removeprefix("torch."))
-        if isinstance(value, torch.device):
-            return ScalarSpec("device", str(value))
-    plain = _describe_plain(value)
-    if plain is not None:
-        return plain
-    if isinstance(value, (list, tuple)) and len(value) <= MAX_SEQUENCE_ITEMS and depth < MAX_DEPTH:
-        items = tuple(describe(item, depth + 1) for item in value)
-        return SequenceSpec("list" if isinstance(value, list) else "tuple", items)
-    return ScalarSpec("other", f"{type(value).__module__}.{type(value).__qualname__}")
-
-
-def _describe_plain(value: object) -> ScalarSpec | None:
-    # Subclasses (IntEnum, numpy's float64) are kept as the plain value they stand for.
-    if value is None:
-        return ScalarSpec("none")
-    if isinstance(value, bool):  # before int: True is an int too
-        return ScalarSpec("bool", value)
-    if isinstance(value, int):
-        return ScalarSpec("int", int(value))
-    if isinstance(value, float):
-        return ScalarSpec("float", float(value))
-    if isinstance(value, str):
-        return ScalarSpec("str", str(value))
-    return None
-
-
-def describe_tensor(t: torch.Tensor) -> ArgSpec:
-    import torch
-
-    if t.layout != torch.strided:
-        return ScalarSpec("other", f"torch.Tensor({str(t.layout).removeprefix('torch.')})")
-    try:
-        lo, hi, mean, std, has_nan, has_inf = value_stats(t)
-    except RuntimeError:  # a dtype without reductions (float8...): the layout still counts
-        lo, hi, mean, std, has_nan, has_inf = _NO_STATS
-    return TensorSpec(
-        shape=tuple(t.shape),
-        dtype=str(t.dtype).removeprefix("torch."),
-        strides=tuple(t.stride()),
-        contiguous=t.is_contiguous(),
-        device=t.device.type,
-        min=lo,
-        max=hi,
-        mean=mean,
-        has_nan=has_nan,
-        has_inf=has_inf,
-        requires_grad=t.requires_grad,
-        storage_offset=int(t.storage_offset()),
-        std=std,
-    )
-
-
-def value_stats(t: torch.Tensor) -> Stats:
-    """min, max, mean and standard deviation of the finite values, and whether NaN or
-    Inf are present."""
-    import torch
-
-    if t.numel() == 0 or t.is_complex() or t.device.type == "meta" or _capturing(t):
-        return _NO_STATS
-    with torch.no_grad():
-        x = t.detach()
-        has_nan = has_inf = False
-        if x.is_floating_point():
-            has_nan = bool(torch.isnan(x).any())
-            has_inf = bool(torch.isinf(x).any())
-            if has_nan or has_inf:
-                x = x[torch.isfinite(x)]
-                if x.numel() == 0:
-                    return (None, None, None, None, has_nan, has_inf)
-        lo, hi = torch.aminmax(x)
-        mean = std = None
-        if x.numel() <= STATS_MAX_ELEMENTS:
-            wide = x.double()
-            mean = float(wide.mean())
-            std = float(wide.std(correction=0))
-        return (float(lo), float(hi), mean, std, has_nan, has_inf)
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    # Reading a value back inside CUDA graph capture would break the capture.
-    import torch
-
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def _compiling() -> bool:
-    # Inside torch.compile tracing the arguments are fakes: nothing to describe.
-    if "torch" not in sys.modules:
-        return False
-    import torch
-
-    return bool(torch.compiler.is_compiling())
-
-
 def _try_setattr(owner: object, attr: str, value: object) -> None:
     with contextlib.suppress(AttributeError, TypeError):
         setattr(owner, attr, value)
@@ -540,9 +552,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-# --- pytest hooks -------------------------------------------------------------------------
-
-_KEY = pytest.StashKey[Capture]()
+def request_from_environment() -> CaptureRequest | None:
+    """The request in `KFBOT_CAPTURE`, or None when capture is off."""
+    text = os.environ.get(CAPTURE_ENV)
+    if not text:
+        return None
+    return CaptureRequest.from_json(json.loads(text))
 
 
 def output_path(out: str) -> Path:
@@ -551,85 +566,5 @@ def output_path(out: str) -> Path:
     return Path(f"{out}.{worker}") if worker else Path(out)
 
 
-def _start(config: pytest.Config) -> None:
-    text = os.environ.get(CAPTURE_ENV)
-    if not text or _KEY in config.stash:
-        return
-    try:
-        request = CaptureRequest.from_json(json.loads(text))
-    except (ValueError, KfbotError) as exc:
-        raise pytest.UsageError(f"{CAPTURE_ENV}: {_one_line(exc)}") from exc
-    capture = Capture(request)
-    capture.install()
-    config.stash[_KEY] = capture
-
-
-def _write(capture: Capture) -> None:
-    path = output_path(capture.request.out)
-    try:
-        capture.write(path)
-    except OSError as exc:
-        # The caller reports the missing file; the repository's tests go on.
-        print(f"kfbot capture: cannot write {path}: {_one_line(exc)}", file=sys.stderr)
-
-
-def _capture(config: pytest.Config) -> Capture | None:
-    return config.stash.get(_KEY, None)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    # Before the repository's conftest files run: they may load the extension.
-    _start(early_config)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    _start(config)  # when the plugin was registered too late for the hook above
-
-
-def pytest_collection_modifyitems(config: pytest.Config) -> None:
-    capture = _capture(config)
-    if capture is not None:
-        capture.import_callables()
-        capture.refresh()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, None]:
-    capture = _capture(item.config)
-    if capture is not None:
-        capture.test_id = item.nodeid
-    yield
-    if capture is not None:
-        capture.test_id = ""
-        if capture.dirty:
-            _write(capture)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    capture = _capture(item.config)
-    if capture is not None:
-        capture.refresh()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    # Fixtures may have loaded the library that registers an op.
-    capture = _capture(item.config)
-    if capture is not None:
-        capture.refresh()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    capture = _capture(session.config)
-    if capture is not None:
-        capture.test_id = ""
-        _write(capture)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    capture = _capture(config)
-    if capture is not None:
-        capture.uninstall()
-        del config.stash[_KEY]
+def one_line(exc: BaseException) -> str:
+    return _one_line(exc)

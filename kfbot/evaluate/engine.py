@@ -29,9 +29,10 @@ from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
 from kfbot.anticheat.sources import kernel_names, static_input, units
 from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
-from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
-from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.build.kernel_builder import is_kernel_builder
+from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
@@ -41,8 +42,12 @@ from kfbot.evaluate.evaluation import (
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.preparation import Preparation
+from kfbot.evaluate.reach import split_by_launch
+from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import scope_findings
-from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
+from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
@@ -50,6 +55,7 @@ from kfbot.scan.python_facts import extract_python_facts
 from kfbot.text import read_source
 
 JOBS = "kfbot.evaluate.device.jobs"
+REACH_JOB = "kfbot.evaluate.device.reach:reaching"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -85,7 +91,9 @@ class Engine:
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
-        self._signatures: list[CallSignature] | None = None
+        self.prep = Preparation(task, self.builder, self.request, settings.cache_dir,
+                                settings.capture_timeout_s)
+        self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
 
@@ -95,6 +103,7 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
+        self.prep.close()
 
     # --- the GPU ---------------------------------------------------------------------
 
@@ -162,61 +171,31 @@ class Engine:
         return InlineSource(source.build, source.language, text, 0, source.path)
 
     def original(self) -> BuildResult:
+        """The original's build: kfbot's own, or the repository's setup.py build when
+        kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
-            self._original = self.build(ORIGINAL)
-            if not self._original.ok:
-                first = next(iter(self._original.diagnostics), None)
+            built, fallback = self.prep.original_attempt()
+            if not built.ok and fallback is not None and fallback.ok:
+                built = fallback.result(self.task.build)
+            if not built.ok:
+                first = next(iter(built.diagnostics), None)
                 detail = f": {first.message}" if first else ""
                 raise KfbotError(
                     f"{self.task.kernel_id}: the original does not build "
-                    f"({self._original.stage}){detail}"
+                    f"({built.stage}){detail}"
                 )
+            self._original = built
         return self._original
 
     # --- inputs ----------------------------------------------------------------------
 
     def signatures(self) -> list[CallSignature]:
         """The op's real call signatures, captured once from the repository's tests."""
-        if self._signatures is None:
-            self._signatures = self._load_or_capture()
-        return self._signatures
+        return list(self.prep.captured().signatures)
 
-    def _load_or_capture(self) -> list[CallSignature]:
-        path = self.settings.cache_dir / "signatures" / f"{self._signature_key()}.json"
-        if path.is_file():
-            return [CallSignature.from_json(s) for s in json.loads(path.read_text())]
-        if not self.task.test_targets:
-            return []
-        result = capture_signatures(
-            self.task.root,
-            self.task.test_targets,
-            [self._op_ref()],
-            timeout_s=self.settings.capture_timeout_s,
-        )
-        sigs = sorted(result.signatures, key=_size, reverse=True)
-        if sigs:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps([s.to_json() for s in sigs]))
-        return sigs
-
-    def _op_ref(self) -> OpRef:
-        op = self.task.op
-        if op.kind == "torch_op":
-            return OpRef.parse(f"torch.ops.{op.module}.{op.name}")
-        return OpRef.parse(f"{op.module}.{op.name}")
-
-    def _signature_key(self) -> str:
-        """Captured signatures stay valid while the tests that produced them are unchanged."""
-        files = sorted({t.split("::")[0] for t in self.task.test_targets})
-        sources = {
-            f: (self.task.root / f).read_text(errors="replace")
-            for f in files
-            if (self.task.root / f).is_file()
-        }
-        return content_hash(sources, {"kernel": self.task.kernel_id, "op": str(self.task.op),
-                                      "format": str(SIGNATURE_FORMAT)})
-
-    # --- evaluation ------------------------------------------------------------------
+    def prepare_baseline(self) -> tuple[StepReport, ...]:
+        """The baseline's steps before the GPU: pair, build, import, capture, reference."""
+        return self.prep.steps()
 
     def warm(self) -> None:
         """What the first evaluation would pay besides its own work, paid now: the GPU
@@ -229,8 +208,46 @@ class Engine:
         load_rules()
 
     def baseline(self) -> Evaluation:
-        """The original against its reference: it must pass before anything is compared."""
-        return self._run(ORIGINAL, None, bench=False)
+        """The original against its reference, step by step: it must pass before
+        anything is compared; a failed step is the baseline's answer."""
+        self.probe()  # no GPU: say so before spending minutes on builds
+        steps = self.prepare_baseline()
+        failure = first_failure(steps)
+        if failure is None:
+            steps = self._reaching(steps)
+            failure = first_failure(steps)
+        if failure is not None:
+            return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
+        result = self._run(ORIGINAL, None, bench=False)
+        return replace(result, steps=(*steps, comparison_step(result)))
+
+    def _reaching(self, steps: tuple[StepReport, ...]) -> tuple[StepReport, ...]:
+        """Keep the captured calls that launch the kernel under optimization; the
+        capture step says how many were dropped and why."""
+        captured = self.prep.captured()
+        if not captured.signatures or self._reached:
+            return steps
+        self._reached = True
+        job = self.session.call(REACH_JOB, {
+            "op": self.task.op.to_json(), "original": _artifact(self.original()),
+            "signatures": [s.to_json() for s in captured.signatures],
+            "seed": secrets.randbits(48), "sys_path": [str(self.task.root)],
+        }, timeout_s=self.settings.job_timeout_s)
+        if not job.ok or job.value is None:
+            note = StepReport("capture", "warning", f"the kernels each captured call launches "
+                              f"could not be listed ({job.reason}): every call is kept",
+                              job.output_tail[-2000:])
+            return amended(steps, note)
+        reach = split_by_launch(captured.signatures, job.value["launched"],
+                                self.task.kernel_name)
+        self.prep.keep(reach.kept)
+        if reach.none:
+            note = StepReport("capture", "failed", reach.summary(self.task.kernel_name),
+                              suggestion=inputs_snippet(self.task.kernel_id,
+                                                        self.task.kernel_name))
+        else:
+            note = StepReport("capture", "ok", reach.summary(self.task.kernel_name))
+        return amended(steps, note)
 
     def static_check(self, candidate: Candidate) -> list[Finding]:
         """The static anti-cheating rules on the candidate's source, before any build."""
@@ -240,7 +257,7 @@ class Engine:
         return [*found, *scope_findings(self.task, candidate)]
 
     def _op_dtypes(self) -> list[str]:
-        sigs = self._signatures or []
+        sigs = self.prep.captured().signatures if self.prep.has_captured else ()
         found = {t.dtype for s in sigs for t in s.tensors()}
         return sorted(found | set(self.task.declared_dtypes))
 
@@ -292,19 +309,31 @@ class Engine:
         the tests are unchanged; None when the task has no test to run."""
         if not self.task.test_targets:
             return None
-        path = self.settings.cache_dir / "adequacy" / f"{self._signature_key()}.json"
+        path = self.settings.cache_dir / "adequacy" / f"{self.prep.signature_key()}.json"
         cached = load_cached(path)
         if cached is not None:
             return cached
-        gate = check_adequacy(self.task.root, self.task.test_targets, self._op_ref(),
-                              timeout_s=self.settings.capture_timeout_s)
+        gate = check_adequacy(self.task.root, self.task.test_targets, self.prep.op_ref(),
+                              timeout_s=self.settings.capture_timeout_s,
+                              staged=self.prep.staged())
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
 
     def finalist(self, candidate: Candidate) -> FinalistResult:
-        """The repository's own build and reference tests, against the candidate."""
-        return run_finalist(self.task, candidate)
+        """The repository's own build and reference tests, against the candidate. A
+        kernel-builder repository's tests get kfbot's build of it: no builder runs here."""
+        if not is_kernel_builder(self.task.build):
+            return run_finalist(self.task, candidate)
+        request = replace(self.request(candidate), tag=f"{candidate.short}r", real_names=True)
+        built = self.builder.build(request)
+        if not built.ok:
+            first = next((d.message for d in built.diagnostics if d.severity == "error"),
+                         f"stopped at the {built.stage} stage")
+            return FinalistResult(False, f"kfbot's build of the candidate failed: {first}",
+                                  (), built.seconds, "")
+        staged = staged_modules(Path("."), self.task.build, built)
+        return run_finalist(self.task, candidate, staged=staged)
 
     def evaluate_many(self, candidates: Sequence[Candidate], bench: bool = True
                       ) -> Iterator[tuple[Candidate, Evaluation]]:
@@ -333,6 +362,8 @@ class Engine:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        if result.checks and not any(c.against == "reference" for c in result.checks):
+            result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
@@ -401,7 +432,8 @@ class Engine:
             return failed(
                 digest,
                 "baseline" if baseline else "correctness",
-                "no inputs to check: no call signatures were captured and none are declared",
+                "no inputs to check: the op's inputs could not be made from the captured "
+                "signatures or the declared shapes",
                 resources,
                 environment=env,
             )
@@ -450,6 +482,17 @@ class Engine:
                       environment=env, timings=timings, findings=_evidence(first, checks))
 
 
+def no_reference_finding(task: KernelTask) -> Finding:
+    """Every report of a kernel checked without a reference says so: the original was
+    the judge."""
+    if task.references:
+        why = ("no carried reference takes the op's own arguments (a test's reference is "
+               "written over the arguments of the function it calls, a wrapper of the op)")
+    else:
+        why = "; ".join(task.unusable_references) or "the tests name no reference computation"
+    return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
+
+
 def _evidence(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
     """Every anti-cheating check that failed, the one that decided first: a cheat often
     trips more than one (a library call is both a foreign kernel and, through its host
@@ -468,10 +511,6 @@ def _artifact(result: BuildResult) -> dict[str, Any]:
         "module_name": result.module_name,
         "namespaces": dict(result.library_namespaces),
     }
-
-
-def _size(sig: CallSignature) -> int:
-    return sum(t.numel for t in sig.tensors())
 
 
 def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> Evaluation:

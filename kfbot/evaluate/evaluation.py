@@ -16,6 +16,7 @@ from typing import Any, Literal
 from kfbot.anticheat.findings import Finding, Layer
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.stats import Speedup, compare_times, geometric_mean
+from kfbot.evaluate.steps import StepReport
 
 Stage = Literal[
     "static", "build", "baseline", "correctness", "anticheat", "runtime", "benchmark", "done"
@@ -98,6 +99,8 @@ class Evaluation:
     findings: tuple[Finding, ...] = ()  # anti-cheating: what rejected it, warnings, flags
     # Where the GPU worker's time went (load, inputs, verify, bench, probes...), seconds.
     phases: Mapping[str, float] = field(default_factory=dict)
+    # The baseline's steps (pair, build, import, capture, reference, comparison).
+    steps: tuple[StepReport, ...] = ()
 
     @property
     def needs_review(self) -> bool:

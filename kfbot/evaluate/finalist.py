@@ -3,14 +3,19 @@ against a copy of the repository with the candidate applied.
 
 kfbot's fast builds and its own checks decide the search; before a winner is
 published it must also pass what the repository's authors wrote, built the way they
-build it. The user's working tree is never written: everything happens in a copy.
+build it: `setup.py build_ext --inplace`, or the `load()` calls its tests make. A
+kernel-builder repository is built by a tool kfbot does not run; there the tests get
+kfbot's build of the candidate, staged as the builder would lay it out (`staged`).
+
+The tests run as pytest runs them, and each script as a script, from its own folder
+(`kfbot.evaluate.harness`). Everything happens in a copy of the repository that holds
+no link leading out of it; the user's working tree is never written, and whatever a
+step leaves running is killed with it.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,8 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kfbot.evaluate import harness
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.capture_run import kfbot_import_dir
+from kfbot.evaluate.processes import Ran, run_process
 from kfbot.evaluate.sandbox import untrusted_env
+from kfbot.evaluate.staged import STAGED_ENV, StagedModule, encode
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import copy_repository
 from kfbot.text import write_source
@@ -34,33 +43,48 @@ class FinalistResult:
     output_tail: str
 
 
+@dataclass(frozen=True)
+class _Step:
+    command: list[str]
+    folder: str  # relative to the copy
+    shown: str  # the command as a person would type it
+
+
 def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800.0,
-                 python: str = sys.executable) -> FinalistResult:
+                 python: str = sys.executable,
+                 staged: Sequence[StagedModule] = ()) -> FinalistResult:
+    """`staged`: kfbot's build of the candidate, for a layout kfbot cannot build the
+    repository's own way; a "package" entry names a folder relative to the repository."""
     if candidate.params:
         return FinalistResult(False, "parameter values must be written into the sources "
                               "before the finalist check", (), 0.0, "")
-    if not task.test_targets:
+    if not task.test_targets and not task.script_targets:
         return FinalistResult(False, "the repository has no reference test for this kernel",
                               (), 0.0, "")
     started = time.monotonic()
+    steps = _steps(task, python, bool(staged))
+    shown = tuple(step.shown for step in steps)
     with tempfile.TemporaryDirectory(prefix="kfbot-finalist-") as tmp:
         copy = _prepared_copy(task.root, Path(tmp), candidate)
-        env = untrusted_env({"TORCH_EXTENSIONS_DIR": str(Path(tmp) / "torch_ext"),
-                                        "PYTHONDONTWRITEBYTECODE": "1"})
-        steps = _steps(task, python)
+        env = _environment(Path(tmp), copy, staged)
         output = ""
-        for cmd, where in steps:
+        for index, step in enumerate(steps):
             left = timeout_s - (time.monotonic() - started)
-            code, text = _run(cmd, copy / where, env, left)
-            output = (output + text)[-8000:]
-            if code != 0:
-                why = "timed out" if code == -signal.SIGKILL else f"exit {code}"
-                return FinalistResult(False, f"`{_shown(cmd)}` failed ({why})",
-                                      tuple(_shown(c) for c, _ in steps),
+            ran = run_process(step.command, copy / step.folder, env, left,
+                              Path(tmp) / f"step{index}.log")
+            output = (output + ran.tail)[-8000:]
+            if not ran.ok:
+                return FinalistResult(False, f"`{step.shown}` failed ({_why(ran)})", shown,
                                       time.monotonic() - started, output)
-    return FinalistResult(True, f"the repository's build and {len(task.test_targets)} reference "
-                          "test target(s) pass", tuple(_shown(c) for c, _ in steps),
-                          time.monotonic() - started, output)
+    targets = len(task.test_targets) + len(task.script_targets)
+    return FinalistResult(True, f"the repository's build and {targets} reference test "
+                          "target(s) pass", shown, time.monotonic() - started, output)
+
+
+def _why(ran: Ran) -> str:
+    if ran.timed_out:
+        return "timed out"
+    return ran.how() if ran.flooded or ran.exit_code < 0 else f"exit {ran.exit_code}"
 
 
 def _prepared_copy(root: Path, tmp: Path, candidate: Candidate) -> Path:
@@ -75,35 +99,36 @@ def _prepared_copy(root: Path, tmp: Path, candidate: Candidate) -> Path:
     return copy
 
 
-Step = tuple[list[str], str]  # the command and the folder it runs in, relative to the copy
+def _environment(tmp: Path, copy: Path, staged: Sequence[StagedModule]) -> dict[str, str]:
+    extra = {"TORCH_EXTENSIONS_DIR": str(tmp / "torch_ext"), "PYTHONDONTWRITEBYTECODE": "1",
+             "PYTHONUNBUFFERED": "1"}
+    if staged:
+        # The package is the copy's (the candidate may change its Python), the build
+        # is kfbot's.
+        inside = [StagedModule(m.name, m.kind, str(copy / m.path), m.init, m.source)
+                  if m.kind == "package" else m for m in staged]
+        extra[STAGED_ENV] = encode(inside)
+    env = untrusted_env(extra)
+    # The harness that starts the tests and scripts is kfbot's, importable alone.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(kfbot_import_dir(tmp)),
+                                                      env.get("PYTHONPATH")]))
+    return env
 
 
-def _steps(task: KernelTask, python: str) -> list[Step]:
-    steps: list[Step] = []
-    if task.build.kind == "setup_py":
+def _steps(task: KernelTask, python: str, staged: bool) -> list[_Step]:
+    steps: list[_Step] = []
+    if task.build.kind == "setup_py" and not staged:
         # Built in place so that the tests import this copy's extension.
         setup = Path(task.build.file)
-        steps.append(([python, "-u", setup.name, "build_ext", "--inplace"], str(setup.parent)))
-    tests = [t for t in task.test_targets if "::" in t or Path(t).name.startswith("test_")]
-    scripts = [t for t in task.test_targets if t not in tests]
-    if tests:
-        steps.append(([python, "-u", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], "."))
-    steps += [([python, "-u", script], ".") for script in scripts]
+        steps.append(_Step([python, "-u", setup.name, "build_ext", "--inplace"],
+                           str(setup.parent), f"python -u {setup.name} build_ext --inplace"))
+    if task.test_targets:
+        args = ["-q", "-p", "no:cacheprovider", *task.test_targets]
+        steps.append(_Step(harness.command(python, "pytest", *args), ".",
+                           f"python -m pytest {' '.join(args)}"))
+    for script in task.script_targets:
+        path = Path(script)
+        steps.append(_Step(harness.command(python, "script", path.name), str(path.parent),
+                           f"python {path.name} (in {path.parent.as_posix()}/)"
+                           if path.parent != Path(".") else f"python {path.name}"))
     return steps
-
-
-def _run(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float
-         ) -> tuple[int, str]:
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True) as proc:
-        try:
-            out, _ = proc.communicate(timeout=max(timeout_s, 1.0))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            return -signal.SIGKILL, out or ""
-        return proc.returncode, out or ""
-
-
-def _shown(cmd: Sequence[str]) -> str:
-    return " ".join(["python", *cmd[1:]])

@@ -6,39 +6,52 @@ A test such as
     torch.testing.assert_close(out, torch.softmax(x, dim=-1))
 
 pairs the op call `ext.softmax(x)` with the expression `torch.softmax(x, dim=-1)`.
-When every free name of the expression is an argument of the op call (or a name the
-test module imports), the reference is `lambda x: torch.softmax(x, dim=-1)`, which
-the worker can call on fresh inputs. Otherwise the candidate is compared with the
-original kernel only, and the report says so.
+The reference is `lambda x: torch.softmax(x, dim=-1)`, which the worker can call on
+fresh inputs: the op call's arguments are its parameters, and every other name it
+uses is carried with it (`kfbot.evaluate.carry`): the test module's imports, and the
+functions, lambdas and constants the test, its module or the repository's modules
+it imports from define. When that cannot be done the candidate is compared with the
+original kernel only, and every report says so.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from kfbot.evaluate.carry import NotCarried, carry, expression_needs, module_scope
 from kfbot.scan.model import ReferenceTest
-
-_BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
 class ReferenceSpec:
-    """Source for the worker: `imports` run first, then `lambda` is evaluated."""
+    """Source for the worker: `imports` run first, then `definitions`, then `source`
+    (a lambda) is evaluated."""
 
     source: str  # "lambda x, _a1: torch.softmax(x, dim=-1)"
     imports: tuple[str, ...]  # import statements from the test module it needs
     description: str  # "torch.softmax(x, dim=-1) from tests/test_ops.py:13"
     callable_ref: str | None = None  # "module:function" for declared references
+    definitions: tuple[str, ...] = ()  # carried statements: functions, constants
+    # The test (file::function) or script it came from: it judges the calls that test
+    # made, not another test's, whose literal arguments may differ.
+    tests: tuple[str, ...] = ()
+    # The wrapper the test calls ("fusedact:fused_gelu") when it is not the op: the
+    # reference is over its arguments (see `kfbot.evaluate.via`).
+    outer: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
             "source": self.source,
             "imports": list(self.imports),
+            "definitions": list(self.definitions),
             "description": self.description,
             "callable_ref": self.callable_ref,
+            "tests": list(self.tests),
+            "outer": self.outer,
         }
 
 
@@ -64,7 +77,7 @@ def reference_spec(root: Path, ref: ReferenceTest) -> ReferenceSpec | Unusable:
     call = _op_call(module, ref)
     if call is None:
         return Unusable(f"the call {ref.op}(...) was not found in {ref.test}")
-    return _lambda(module, ref, call)
+    return _lambda(root, module, ref, call)
 
 
 def _op_call(module: ast.Module, ref: ReferenceTest) -> ast.Call | None:
@@ -84,49 +97,100 @@ def _function(module: ast.Module, name: str) -> ast.AST | None:
     return None
 
 
-def _lambda(module: ast.Module, ref: ReferenceTest, call: ast.Call) -> ReferenceSpec | Unusable:
+def _lambda(
+    root: Path, module: ast.Module, ref: ReferenceTest, call: ast.Call
+) -> ReferenceSpec | Unusable:
     if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
         return Unusable(f"the op call {ast.unparse(call)} uses keywords or *args")
     params = [a.id if isinstance(a, ast.Name) else f"_a{i}" for i, a in enumerate(call.args)]
     if len(set(params)) != len(params):
         return Unusable(f"the op call {ast.unparse(call)} repeats an argument")
-    expr = ast.parse(ref.reference or "", mode="eval").body
-    imports = _imports(module)
-    free = _free_names(expr) - set(params) - _BUILTINS
-    missing = sorted(free - set(imports))
-    if missing:
-        return Unusable(
-            f"the reference {ref.reference} uses {', '.join(missing)}, "
-            "which the op call does not pass"
-        )
-    source = (
-        f"lambda {', '.join(params)}: {ast.unparse(expr)}"
-        if params
-        else f"lambda: {ast.unparse(expr)}"
-    )
-    needed = tuple(dict.fromkeys(imports[name] for name in sorted(free)))
-    return ReferenceSpec(
-        source=source, imports=needed, description=f"{ref.reference} from {ref.file}:{ref.line}"
-    )
+    parsed = _called(ast.parse(ref.reference or "", mode="eval").body, module, params)
+    expr = _literals_as_parameters(parsed, call)
+    source = f"lambda {', '.join(params)}: {expr}" if params else f"lambda: {expr}"
+    # The op as the test reaches it; a torch op's root is torch itself, found by text.
+    forbidden = set() if ref.op.startswith("torch.ops.") else {ref.op.split(".")[0]}
+    try:
+        carried = carry(root, module_scope(root, ref.file, call, module),
+                        expression_needs(expr, params), forbidden)
+    except NotCarried as exc:
+        return Unusable(f"the reference {ref.reference} cannot be carried: {exc}")
+    if ref.op.startswith("torch.ops.") and any(ref.op in d for d in (expr, *carried.definitions)):
+        return Unusable(f"the reference {ref.reference} calls the op itself ({ref.op})")
+    return ReferenceSpec(source=source, imports=carried.imports,
+                         description=f"{ref.reference} from {ref.file}:{ref.line}",
+                         definitions=carried.definitions, tests=(_test_id(ref),),
+                         outer=outer_ref(ref))
 
 
-def _free_names(expr: ast.expr) -> set[str]:
-    bound = {a.arg for n in ast.walk(expr) if isinstance(n, ast.Lambda) for a in n.args.args}
-    return {
-        n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    } - bound
+def outer_ref(ref: ReferenceTest) -> str | None:
+    """The wrapper the test calls, as a callable's reference ("pkg.mod:func"), from the
+    scan's `target` ("pkg.mod.func"; ".ops.swiglu" beside the test: "ops:swiglu")."""
+    if not ref.target:
+        return None
+    module, _, name = ref.target.lstrip(".").rpartition(".")
+    return f"{module}:{name}" if module and name.isidentifier() else None
 
 
-def _imports(module: ast.Module) -> dict[str, str]:
-    """Names bound by the module's top-level imports -> the statement that binds each."""
-    found: dict[str, str] = {}
-    for node in module.body:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                name = alias.asname or alias.name.split(".")[0]
-                found[name] = ast.unparse(ast.Import(names=[alias]))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            for alias in node.names:
-                stmt = ast.ImportFrom(module=node.module, names=[alias], level=0)
-                found[alias.asname or alias.name] = ast.unparse(stmt)
-    return found
+def _called(expr: ast.expr, module: ast.Module, params: list[str]) -> ast.expr:
+    """`swish_ref` named as the reference, a function the module defines, is that
+    function called with the op's arguments (`ref = swish_ref(x)` compared later is
+    named by its function)."""
+    if not isinstance(expr, ast.Name):
+        return expr
+    defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == expr.id
+                  for n in ast.walk(module))
+    if not defined:
+        return expr
+    return ast.Call(expr, [ast.Name(p, ast.Load()) for p in params], [])
+
+
+def _test_id(ref: ReferenceTest) -> str:
+    if ref.kind == "script":
+        return ref.file
+    return "::".join([ref.file, *ref.test.split(".")])
+
+
+def _literals_as_parameters(expr: ast.expr, call: ast.Call) -> str:
+    """`x * 2.5` for the call `op(x, 2.5)` is `x * _a1`: the reference follows the
+    argument when other calls pass other values."""
+    literals = {_literal(a): f"_a{i}" for i, a in enumerate(call.args) if _literal(a) is not None}
+
+    class Swap(ast.NodeTransformer):
+        def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+            name = literals.get(_literal(node))
+            if name:
+                return ast.Name(name, ast.Load())
+            self.generic_visit(node)
+            return node
+
+        def visit_Constant(self, node: ast.Constant) -> ast.expr:
+            name = literals.get(_literal(node))
+            return ast.Name(name, ast.Load()) if name else node
+
+    return ast.unparse(Swap().visit(expr)) if literals else ast.unparse(expr)
+
+
+def _literal(node: ast.expr) -> str | None:
+    """A number, a negative number or a string, as text; None for anything else."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _literal(node.operand)
+        return f"-{inner}" if inner is not None else None
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)) \
+            and not isinstance(node.value, bool):
+        return repr(node.value)
+    return None
+
+
+def belongs(spec: Mapping[str, Any], arity: int, nargs: int, tests: Sequence[str]) -> bool:
+    """Whether the reference `spec` (as the worker gets it) judges a call with `nargs`
+    arguments made by `tests`: a declared reference judges every call; one taken from
+    a test, the calls of that test (pytest node ids carry parameters: `[...]`)."""
+    if spec.get("callable_ref"):
+        return True
+    if arity != nargs:
+        return False
+    own = [str(t) for t in spec.get("tests") or []]
+    if not own or not tests:
+        return True
+    return any(t == s or t.startswith((f"{s}[", f"{s}::")) for t in tests for s in own)

@@ -10,8 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
+from kfbot.evaluate.steps import StepReport, first_failure
 
 MARKS = {"faster": "✓ faster", "slower": "✗ slower", "noise": "≈ noise"}
+STEP_MARKS = {"ok": "[green]ok[/green]", "warning": "[yellow]warning[/yellow]",
+              "failed": "[red]FAILED[/red]", "skipped": "[dim]skipped[/dim]"}
 
 
 def verdict_line(name: str, ev: Evaluation) -> str:
@@ -27,6 +30,36 @@ def verdict_line(name: str, ev: Evaluation) -> str:
         f"95% CI {ev.timings[0].speedup.ci_low:.2f}-{ev.timings[0].speedup.ci_high:.2f}"
     return (f"{name}: {ev.speedup:.2f}x {MARKS[ev.verdict or 'noise']} (geometric mean over "
             f"{shapes}; {spread}) on {gpu}, verified on {len(ev.checks)} checks")
+
+
+def print_steps(steps: Sequence[StepReport], console: Console, details: bool = True) -> None:
+    """Each baseline step with its outcome; with `details`, the evidence and the
+    suggested kfbot.yaml snippet of the steps that failed or warn."""
+    for step in steps:
+        console.print(f"{step.step:>10}  {STEP_MARKS[step.outcome]}  {escape(step.summary)}",
+                      highlight=False, soft_wrap=True)
+        if details and step.outcome in ("failed", "warning"):
+            print_step_details(step, console)
+
+
+def print_step_details(step: StepReport, console: Console) -> None:
+    if step.evidence:
+        console.print("            the last lines of its output:", highlight=False)
+        for line in step.evidence.splitlines():
+            console.print(f"            | {line}", highlight=False, markup=False,
+                          soft_wrap=True)
+    if step.suggestion:
+        console.print("            kfbot.yaml that would get past this step:", highlight=False)
+        for line in step.suggestion.splitlines():
+            console.print(f"              {line}", highlight=False, markup=False,
+                          soft_wrap=True)
+
+
+def print_failed_step(ev: Evaluation, console: Console) -> None:
+    """For a baseline that stopped at a step: that step's evidence and snippet."""
+    failure = first_failure(ev.steps)
+    if failure is not None:
+        print_step_details(failure, console)
 
 
 def print_checks(ev: Evaluation, console: Console) -> None:
@@ -96,6 +129,7 @@ def to_json(name: str, ev: Evaluation) -> dict[str, Any]:
         "diagnostics": [vars(d) for d in ev.diagnostics],
         "findings": [f.to_json() for f in ev.findings],
         "needs_review": ev.needs_review,
+        "steps": [step.to_json() for step in ev.steps],
     }
 
 
@@ -137,4 +171,12 @@ def to_markdown(name: str, ev: Evaluation) -> str:
     if ev.findings:
         lines += ["", "Anti-cheating findings:", ""]
         lines += [f"- {f.layer}/{f.severity}: {f.line()}" for f in ev.findings]
+    failure = first_failure(ev.steps)
+    if failure is not None:
+        lines += ["", f"Stopped at the {failure.step} step: {failure.summary}"]
+        if failure.evidence:
+            lines += ["", "```", failure.evidence, "```"]
+        if failure.suggestion:
+            lines += ["", "A kfbot.yaml that would get past it:", "", "```yaml",
+                      failure.suggestion, "```"]
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias, cast
 
 from kfbot.errors import KfbotError
+from kfbot.evaluate.via import Via
 
 OpKind = Literal["module", "torch_op", "callable"]
 ScalarType = Literal["int", "float", "bool", "str", "none", "dtype", "device", "other"]
@@ -46,8 +47,9 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 # What a capture records, as a number: bumped when that changes (2: the spread of
-# values), so captures cached under the old format are taken again.
-SIGNATURE_FORMAT = 2
+# values; 3: the wrapper a call came through), so captures cached under the old format
+# are taken again.
+SIGNATURE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ class CallSignature:
     kwargs: tuple[tuple[str, ArgSpec], ...] = ()  # sorted by name
     count: int = 1
     tests: tuple[str, ...] = ()  # pytest node ids, in the order they first made this call
+    via: Via | None = None  # the wrapper the test called, when the call came through one
 
     def tensors(self) -> list[TensorSpec]:
         """Every tensor argument, nested ones included, in argument order."""
@@ -201,6 +204,7 @@ class CallSignature:
             "kwargs": {name: spec.to_json() for name, spec in self.kwargs},
             "count": self.count,
             "tests": list(self.tests),
+            **({"via": self.via.to_json()} if self.via is not None else {}),
         }
 
     @staticmethod
@@ -219,7 +223,17 @@ class CallSignature:
             kwargs=tuple((str(k), arg_from_json(kwargs[k])) for k in sorted(kwargs)),
             count=_int(obj, "count", 1),
             tests=tuple(cast(list[str], tests)),
+            via=_via(obj.get("via")),
         )
+
+
+def _via(data: object) -> Via | None:
+    if data is None:
+        return None
+    try:
+        return Via.from_json(_object(data, "via"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise KfbotError(f"signature: unreadable via {data!r:.80}: {exc}") from exc
 
 
 def _tensors_in(spec: ArgSpec) -> list[TensorSpec]:
@@ -307,6 +321,9 @@ class CaptureRequest:
     out: str
     max_calls: int = DEFAULT_MAX_CALLS  # recorded calls per op; later calls are only counted
     mutant: str | None = None  # replace each op's result with this trivial mutant of it
+    # Wrappers the tests call (`pkg:fused_gelu`): the op's calls inside one record how
+    # its arguments reached the op (`kfbot.evaluate.via`).
+    outer: tuple[OpRef, ...] = ()
 
     def to_json(self) -> JsonObject:
         return {
@@ -314,6 +331,7 @@ class CaptureRequest:
             "out": self.out,
             "max_calls": self.max_calls,
             **({"mutant": self.mutant} if self.mutant else {}),
+            **({"outer": [r.to_json() for r in self.outer]} if self.outer else {}),
         }
 
     @staticmethod
@@ -327,6 +345,7 @@ class CaptureRequest:
             out=_str(obj, "out"),
             max_calls=_int(obj, "max_calls", DEFAULT_MAX_CALLS),
             mutant=_optional_mutant(obj.get("mutant")),
+            outer=tuple(map(OpRef.from_json, _list(obj.get("outer", [])))),
         )
 
 
@@ -431,6 +450,7 @@ def signature_key(sig: CallSignature) -> tuple[object, ...]:
         sig.op,
         tuple(arg_key(a) for a in sig.args),
         tuple((name, arg_key(spec)) for name, spec in sig.kwargs),
+        sig.via.key() if sig.via is not None else None,
     )
 
 
@@ -535,6 +555,12 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 
 # --- JSON field helpers -------------------------------------------------------------
+
+
+def _list(data: object) -> list[object]:
+    if not isinstance(data, list):
+        raise KfbotError("capture request: outer must be a list")
+    return data
 
 
 def _object(data: object, what: str) -> Mapping[str, object]:

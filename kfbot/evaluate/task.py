@@ -14,12 +14,14 @@ from typing import Literal
 
 from kfbot.config import Config, TaskConfig
 from kfbot.errors import KfbotError
+from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
 from kfbot.paths import resolve_inside
 from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
 from kfbot.text import read_source
 
 OpKind = Literal["module", "torch_op", "callable"]
+EXTENSION_NAMESPACE = "TORCH_EXTENSION_NAME"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class KernelTask:
     unusable_references: tuple[str, ...]  # why a found reference could not be called
     test_targets: tuple[str, ...]  # pytest targets (file::test) that call the op
     editable_files: tuple[str, ...]
+    script_targets: tuple[str, ...] = ()  # scripts (run as scripts) that call the op
     tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     declared_shapes: tuple[tuple[int, ...], ...] = ()
     declared_dtypes: tuple[str, ...] = ()
@@ -69,7 +72,8 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         op=op,
         references=tuple(specs),
         unusable_references=tuple(unusable),
-        test_targets=_targets(kernel.references),
+        test_targets=_targets(kernel.references, "pytest"),
+        script_targets=_targets(kernel.references, "script"),
         editable_files=kernel.editable_files,
         tolerances=_tolerances(task_cfg),
         declared_shapes=task_cfg.shapes if task_cfg else (),
@@ -96,14 +100,7 @@ def _build(kernel: Kernel) -> BuildRecipe:
             "a task with a `build:` section in kfbot.yaml"
         )
     declared = [b for b in kernel.builds if b.origin == "declared"]
-    build = (declared or list(kernel.builds))[0]
-    if build.kind == "kernel_builder":
-        raise KfbotError(
-            f"{kernel.id}: built by the Hugging Face kernel builder ({build.file}:"
-            f"{build.line}), which kfbot cannot build yet; declare a task with a "
-            "`build:` section (kind load or setup_py) in kfbot.yaml"
-        )
-    return build
+    return (declared or list(kernel.builds))[0]
 
 
 def _op(kernel: Kernel, build: BuildRecipe) -> OpBinding:
@@ -121,6 +118,9 @@ def _op(kernel: Kernel, build: BuildRecipe) -> OpBinding:
 def _binding_op(binding: Binding, build: BuildRecipe) -> OpBinding:
     if binding.kind == "pybind11":
         return OpBinding("module", build.name, binding.name)
+    if is_kernel_builder(build):
+        # Its namespace is whatever the build defines TORCH_EXTENSION_NAME as.
+        return OpBinding("torch_op", EXTENSION_NAMESPACE, binding.name)
     return OpBinding("torch_op", binding.module, binding.name)
 
 
@@ -138,11 +138,12 @@ def _references(
     return specs, unusable
 
 
-def _targets(refs: tuple[ReferenceTest, ...]) -> tuple[str, ...]:
+def _targets(refs: tuple[ReferenceTest, ...], kind: str) -> tuple[str, ...]:
+    """The pytest node ids (file::test), or the script files, of the references found."""
     targets = [
         f"{r.file}::{r.test.split('.')[0]}" if r.kind == "pytest" else r.file
         for r in refs
-        if r.origin == "discovered"
+        if r.origin == "discovered" and r.kind == kind
     ]
     return tuple(dict.fromkeys(targets))
 

@@ -1,4 +1,5 @@
-"""The worker child: `python -m kfbot.evaluate.worker_main --requests FD --results FD`.
+"""The worker child: `kfbot.evaluate.worker_main --requests FD --results FD`, run as
+`__main__` by the parent's bootstrap (`worker.py`).
 
 It runs candidate code, so it is the only process that ever imports it. It reads
 length-prefixed JSON requests from one inherited pipe and answers each on another;

@@ -49,6 +49,7 @@ from kfbot.evaluate.inputs import (
     make_args,
     scaled_signatures,
 )
+from kfbot.evaluate.reference import belongs
 from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.worker import cuda_error_kind
 
@@ -217,9 +218,10 @@ def _fresh_inputs(like: InputSet, payload: Mapping[str, Any]) -> Callable[[int],
 
     def make(k: int) -> InputSet:
         if signatures:
-            return InputSet(f"seed +{k}", *make_args(signatures[0], base + k, "cuda"))
+            return InputSet(f"seed +{k}", *make_args(signatures[0], base + k, "cuda"),
+                            tests=signatures[0].tests, via=signatures[0].via)
         args = [_reseeded(a, base + k) for a in like.args]
-        return InputSet(f"seed +{k}", args, dict(like.kwargs))
+        return InputSet(f"seed +{k}", args, dict(like.kwargs), tests=like.tests, via=like.via)
 
     return make
 
@@ -281,7 +283,15 @@ def _references(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op |
 
     def for_inputs(inputs: InputSet) -> Op | None:
         for spec, fn in loaded:
-            if spec.get("callable_ref") or _arity(fn) == len(inputs.args):
+            via = inputs.via
+            if spec.get("outer"):
+                # Over the wrapper's arguments: usable on calls that came through it.
+                if via is not None and via.outer == spec["outer"] and \
+                        belongs(spec, _arity(fn), len(via.args), inputs.tests):
+                    adapted = via.adapt(fn)
+                    if adapted is not None:
+                        return adapted
+            elif belongs(spec, _arity(fn), len(inputs.args), inputs.tests):
                 return fn
         return None
 
@@ -300,7 +310,7 @@ def _input_sets(
 ) -> list[InputSet]:
     sets = [
         InputSet(f"{_shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"),
-                 group=f"sig{n}")
+                 group=f"sig{n}", tests=sig.tests, via=sig.via)
         for n, sig in enumerate(signatures)
         for i, seed in enumerate(seeds)
     ]
@@ -331,7 +341,8 @@ def _edge_sets(
     sets = []
     for sig in signatures[:2]:
         for edge in edge_signatures(sig, block):
-            inputs = InputSet(f"edge {_shape_label(edge)}", *make_args(edge, seed, "cuda"))
+            inputs = InputSet(f"edge {_shape_label(edge)}", *make_args(edge, seed, "cuda"),
+                              tests=sig.tests, via=sig.via)
             try:
                 call(original, inputs)
             except (RuntimeError, ValueError, TypeError) as exc:

@@ -60,5 +60,7 @@ def load_reference(spec: Mapping[str, Any]) -> Op:
     namespace: dict[str, Any] = {}
     for statement in spec.get("imports", []):
         exec(statement, namespace)  # import lines taken from the repository's own test
+    for statement in spec.get("definitions", []):
+        exec(statement, namespace)  # functions and constants carried out of the test
     fn = eval(str(spec["source"]), namespace)  # a lambda built by kfbot from the test
     return fn  # type: ignore[no-any-return]

@@ -38,6 +38,7 @@ from kfbot.evaluate.device.probes import (
     snapshot,
     tensors_in,
 )
+from kfbot.evaluate.via import Via
 from kfbot.evaluate.worker import cuda_error_kind
 
 Op = Callable[..., Any]
@@ -51,6 +52,8 @@ class InputSet:
     args: list[Any]
     kwargs: dict[str, Any]
     group: str = ""  # the same shapes from another seed share a group
+    tests: tuple[str, ...] = ()  # the tests (or script) whose calls these inputs repeat
+    via: Via | None = None  # how those calls came through the wrapper the test called
 
 
 def clone(value: Any) -> Any:
@@ -92,6 +95,12 @@ def _reference(ref: Op, inputs: InputSet) -> tuple[Any, Callable[[], Any] | None
     in the inputs' own precision."""
     out, upcast_ok = reference_output(ref, inputs)
     return out, (lambda: call(ref, inputs)) if upcast_ok else None
+
+
+def fits(reference_out: Any, op_out: Any) -> bool:
+    """Whether a reference's output has the op's shape of outputs (a test may check one
+    of two outputs, or a wrapper's result the op does not return)."""
+    return len(tensors(reference_out)) == len(tensors(op_out))
 
 
 def tensors(out: Any) -> list[Any]:
@@ -142,7 +151,7 @@ def run(fn: Op, inputs: InputSet, byte: int | None, *, watch: bool = True,
     if byte is not None:
         with _adding(spent, "poison"):
             poison(byte, input_bytes(inputs))
-    called = _call(fn, args, kwargs)
+    called = _call(fn, args, kwargs, inputs.via)
     if called.error is not None:
         return replace(called, poison=byte)
     with _adding(spent, "watch"):
@@ -159,8 +168,12 @@ def _adding(spent: dict[str, float], name: str) -> Iterator[None]:
         spent[name] = spent.get(name, 0.0) + time.perf_counter() - started
 
 
-def _call(fn: Op, args: list[Any], kwargs: dict[str, Any]) -> Run:
-    """One call, waited for: its output, or the error it raised."""
+def _call(fn: Op, args: list[Any], kwargs: dict[str, Any], via: Via | None = None) -> Run:
+    """One call, waited for: its output, or the error it raised. An op that returns
+    nothing (`rms_norm(Tensor! out, ...) -> ()`) answers in its arguments: its output is
+    what the test's wrapper returned of them (`via`), else every tensor argument after
+    the call, so a candidate that leaves `out` unwritten differs from the original
+    instead of matching its None."""
     try:
         out = fn(*args, **kwargs)
         torch.cuda.synchronize()
@@ -168,7 +181,15 @@ def _call(fn: Op, args: list[Any], kwargs: dict[str, Any]) -> Run:
         if cuda_error_kind(str(exc)) is not None:
             raise  # a sticky CUDA error: the worker must restart; the engine records it
         return Run(error=f"{type(exc).__name__}: {exc}"[:500])
-    return Run(out)
+    if out is not None:
+        return Run(out)
+    return Run(via.output(args) if via is not None and via.result else written(args, kwargs))
+
+
+def written(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The tensor arguments of a call, positional then keyword, in order."""
+    values = tensors([*args, *(kwargs[k] for k in sorted(kwargs))])
+    return tuple(v for v in values if isinstance(v, torch.Tensor))
 
 
 def record(inputs: InputSet, against: str, passed: bool, check: str, **extra: Any) -> Record:
@@ -188,6 +209,7 @@ NOTES = {
     # Two float32 orders of summation may differ by more than the tolerance from each
     # other while each is as close to the reference as float32 allows.
     "original": "differs from the original, but is within tolerance of the reference",
+    "itself": "the original against its own output (no independent reference)",
 }
 
 
@@ -292,6 +314,8 @@ def check_candidate(
         # first input set: the snapshots it takes cost as much as the call.
         base = run(original, inputs, None, watch=ctx.original_mutates is None, spent=ctx.spent)
         if base.error is None:
+            if expected and not fits(expected[0][1], base.out):
+                expected.clear()  # a reference of another shape than the op's: not a judge
             if ctx.original_mutates is None:
                 ctx.original_mutates = bool(base.mutated)
             expected.append(("original", base.out, _as_reference(expected)))
@@ -451,16 +475,31 @@ def verify(
     for inputs in input_sets:
         ref = reference(inputs)
         if original is None:  # the baseline: the original against its reference
-            if ref is not None:
-                want, fallback = _reference(ref, inputs)
-                byte = POISON_NAN if ctx.probes else None
-                records.append(judge(run(fn, inputs, byte), want, inputs, "reference", ctx,
-                                     fallback))
+            byte = POISON_NAN if ctx.probes else None
+            want, fallback = _reference(ref, inputs) if ref is not None else (None, None)
+            got = run(fn, inputs, byte) if ref is not None else None
+            if got is not None and (got.error is not None or fits(want, got.out)):
+                records.append(judge(got, want, inputs, "reference", ctx, fallback))
+            else:
+                records.append(_against_itself(fn, inputs, byte, ctx))
             continue
         records += check_candidate(fn, original, ref, inputs, ctx)
     if original is not None and ctx.probes:
         records += constant_records(ctx)
     return records
+
+
+def _against_itself(fn: Op, inputs: InputSet, byte: int | None, ctx: Context) -> Record:
+    """With no independent reference the original's own outputs are the judge, so they
+    must at least be its outputs: the same from a plain call as from one whose output
+    memory was poisoned first (an output it does not write, or writes differently
+    from call to call, would make every comparison with it a coin toss)."""
+    plain = run(fn, inputs, None, watch=False, spent=ctx.spent)
+    if plain.error is not None:
+        return record(inputs, "original", False, "correctness", error=plain.error,
+                      run="plain call")
+    return judge(run(fn, inputs, byte, watch=False, spent=ctx.spent), plain.out, inputs,
+                 "original", ctx, note=NOTES["itself"])
 
 
 def repeat_records(

@@ -1,0 +1,87 @@
+"""The baseline, step by step: what each step found, and what would fix a failed one.
+
+Before a candidate can be judged, the original must pass its own reference. That takes
+six steps, and on a real repository any of them can fail for its own reason:
+
+- pair: the scan found the tests or scripts that reach the kernel's op;
+- build: kfbot built the extension the way the repository does;
+- import: the repository's tests and scripts imported it (kfbot's build, staged under
+  its real name);
+- capture: running them recorded the op's real call signatures;
+- reference: a pure-PyTorch reference was carried out of them;
+- comparison: on the GPU, the original agrees with that reference.
+
+A failed step is reported with a one-line summary, the last lines of the failing
+process's output, and, where one exists, the `kfbot.yaml` snippet that gets around it.
+`kfbot verify --explain` prints every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kfbot.scan.model import BuildRecipe
+
+StepName = Literal["pair", "build", "import", "capture", "reference", "comparison"]
+Outcome = Literal["ok", "warning", "failed", "skipped"]
+
+NO_REFERENCE = "checked against the original, no independent reference"
+
+
+@dataclass(frozen=True)
+class StepReport:
+    step: StepName
+    outcome: Outcome
+    summary: str  # one line
+    evidence: str = ""  # the last lines of the failing process's output, or the facts
+    suggestion: str = ""  # a kfbot.yaml snippet that would get past this step
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failed"
+
+    def line(self) -> str:
+        return f"{self.step}: {self.summary}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"step": self.step, "outcome": self.outcome, "summary": self.summary,
+                "evidence": self.evidence, "suggestion": self.suggestion}
+
+
+def first_failure(steps: tuple[StepReport, ...]) -> StepReport | None:
+    return next((s for s in steps if s.failed), None)
+
+
+def _task_head(kernel_id: str, name: str) -> list[str]:
+    return ["tasks:", f"  - name: {name}", f"    kernel: {kernel_id}"]
+
+
+def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe) -> str:
+    listed = ", ".join(recipe.sources) if recipe.sources else "csrc/op.cpp, csrc/op_kernel.cu"
+    kind = recipe.kind if recipe.kind in ("load", "load_inline", "setup_py") else "load"
+    flags = ", ".join(f'"{f}"' for f in recipe.extra_cuda_cflags) or '"-O3"'
+    return "\n".join([
+        *_task_head(kernel_id, name),
+        "    build:",
+        f"      kind: {kind}                  # load | load_inline | setup_py",
+        f"      name: {recipe.name}",
+        f"      sources: [{listed}]",
+        f"      extra_cuda_cflags: [{flags}]  # every flag the repository passes",
+    ])
+
+
+def inputs_snippet(kernel_id: str, name: str) -> str:
+    return "\n".join([
+        *_task_head(kernel_id, name),
+        "    shapes: [[4096], [1024, 1024]]     # the shapes the op really sees",
+        "    dtypes: [float32]",
+        '    inputs: "tests.inputs:make_inputs"  # optional: (shape, dtype) -> the op\'s args',
+    ])
+
+
+def reference_snippet(kernel_id: str, name: str) -> str:
+    return "\n".join([
+        *_task_head(kernel_id, name),
+        '    reference: "tests.reference:op_reference"  # pure PyTorch, the op\'s arguments',
+    ])
