@@ -58,7 +58,7 @@ def test_pkg_chain(tmp_path: Path) -> None:
 
 def test_script_reference(tmp_path: Path) -> None:
     root = _copy("script_reference", tmp_path)
-    checked = _run([sys.executable, "main.py"], tmp_path, tmp_path)  # run from another folder
+    checked = _run([sys.executable, str(root / "main.py")], tmp_path, tmp_path)  # elsewhere
     assert checked.count(" ok") == 4 and "MISMATCH" not in checked
     printed = _run([sys.executable, str(root / "bench.py")], tmp_path, tmp_path)
     assert "mish kernel" in printed and "mish reference" in printed

@@ -195,3 +195,14 @@ def test_a_function_named_as_the_reference_is_called_with_the_op_s_arguments(
     assert isinstance(spec, ReferenceSpec) and spec.source == "lambda x: swish_ref(x)"
     torch = __import__("torch")
     assert float(_run(spec, torch.zeros(1))) == 0.0  # type: ignore[arg-type]
+
+
+def test_a_reference_judges_its_tests_calls_wherever_pytest_roots_the_ids() -> None:
+    """pytest roots node ids at the folder of the nearest pyproject.toml or ini file, which
+    may lie above the task's folder (a kernel package inside a larger repository)."""
+    spec = {"tests": ["tests/test_rowsum.py::test_rowsum_matches_torch"]}
+    named = "tests/test_rowsum.py::test_rowsum_matches_torch"
+    for node in (named, f"{named}[3-float32]", f"pkgs/rowsum/{named}"):
+        assert belongs(spec, 1, 1, (node,)), node
+    for node in (f"x{named}", f"{named}_other", "tests/test_other.py::test_rowsum_matches_torch"):
+        assert not belongs(spec, 1, 1, (node,)), node

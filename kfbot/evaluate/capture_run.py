@@ -128,7 +128,10 @@ def _run_pytest(python: str, root: Path, targets: Sequence[str], env: Mapping[st
                 deadline: float, tmp: Path) -> ProcessRun:
     # tee-sys: what the tests print reaches the log as well as pytest's reports, so a
     # flood of output is seen (and stopped) instead of filling pytest's capture file.
-    args = ["-x", "-q", "--capture=tee-sys", "-p", PLUGIN, "-p", "no:cacheprovider", *targets]
+    # --rootdir: node ids relative to the task's folder, as the scan names the tests, even
+    # where a pyproject.toml further up would make pytest root them there.
+    args = ["-x", "-q", "--capture=tee-sys", "--rootdir=.", "-p", PLUGIN, "-p",
+            "no:cacheprovider", *targets]
     command = harness.command(python, "pytest", *args)
     ran = run_process(command, root, env, _left(deadline), tmp / "pytest.log")
     if ran.exit_code == _PYTEST_USAGE_ERROR and "not found" in ran.tail:

@@ -193,4 +193,13 @@ def belongs(spec: Mapping[str, Any], arity: int, nargs: int, tests: Sequence[str
     own = [str(t) for t in spec.get("tests") or []]
     if not own or not tests:
         return True
-    return any(t == s or t.startswith((f"{s}[", f"{s}::")) for t in tests for s in own)
+    return any(_same_test(t, s) for t in tests for s in own)
+
+
+def _same_test(node: str, named: str) -> bool:
+    """Whether pytest's node id `node` is the test the scan named `named` (relative to the
+    task's folder), a parameter or method of it; pytest may root node ids at a folder
+    above the task's (a pyproject.toml further up), so any tail of the path counts."""
+    starts = [0, *(i + 1 for i, ch in enumerate(node.split("::")[0]) if ch == "/")]
+    return any(tail == named or tail.startswith((f"{named}[", f"{named}::"))
+               for tail in (node[start:] for start in starts))
