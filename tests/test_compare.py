@@ -10,14 +10,8 @@ import torch
 
 from kfbot.config import Tolerance as ConfigTolerance
 from kfbot.errors import KfbotError
-from kfbot.evaluate.compare import (
-    DEFAULT_TOLERANCES,
-    EXACT,
-    Comparison,
-    Tolerance,
-    compare,
-    tolerance_for,
-)
+from kfbot.evaluate.compare import Comparison, compare, tolerance_for
+from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, EXACT, Tolerance
 
 F32 = DEFAULT_TOLERANCES["float32"]
 

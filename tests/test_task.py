@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,17 @@ def test_kernel_without_binding_is_a_clear_error(tmp_path: Path) -> None:
     (kernel,) = scan(tmp_path, config).kernels
     with pytest.raises(KfbotError, match="no Python binding reaches this kernel"):
         make_task(kernel, tmp_path, config)
+
+
+def test_a_tests_own_tolerance_widens_the_default_never_narrows_it(tmp_path: Path) -> None:
+    """A float32 matmul over k=2048 differs from a float64 reference by more than kfbot's
+    default near zero; the repository's test says `atol=1e-3`, and that is what it means."""
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "naive_matmul", root)
+    config = load_config(None, root)
+    kernel = select_kernel(scan(root, config).kernels, "matmul_kernel")
+    assert make_task(kernel, root, config).tolerances == {"float32": (1e-3, 1e-4)}
+    test = root / "tests" / "test_matmul.py"
+    test.write_text(test.read_text().replace("rtol=1e-4, atol=1e-3", "rtol=1e-9, atol=0"))
+    kernel = select_kernel(scan(root, config).kernels, "matmul_kernel")
+    assert make_task(kernel, root, config).tolerances == {"float32": (1e-4, 1e-4)}

@@ -22,12 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 
 from kfbot.errors import KfbotError
 from kfbot.evaluate.model import Diagnostic
+from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, Tolerance, ToleranceLike
 
 Where = Literal[
     "none",
@@ -44,35 +45,6 @@ Where = Literal[
 
 # At or above this fraction of wrong elements, positions stop telling a story.
 EVERYWHERE_FRACTION = 0.5
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float
-    rtol: float
-
-
-class ToleranceLike(Protocol):
-    """Anything with atol and rtol, such as the config's own tolerance records."""
-
-    @property
-    def atol(self) -> float: ...
-
-    @property
-    def rtol(self) -> float: ...
-
-
-EXACT = Tolerance(0.0, 0.0)
-DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "float64": Tolerance(1e-8, 1e-7),
-    "float32": Tolerance(1e-4, 1e-4),
-    "float16": Tolerance(1e-2, 1e-2),
-    "bfloat16": Tolerance(2e-2, 2e-2),
-    # Integer and boolean results have no rounding to forgive.
-    **dict.fromkeys(
-        ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool"), EXACT
-    ),
-}
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -16,6 +16,7 @@ from kfbot.config import Config, TaskConfig
 from kfbot.errors import KfbotError
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
+from kfbot.evaluate.tolerances import floor_with_defaults
 from kfbot.paths import resolve_inside
 from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
 from kfbot.text import read_source
@@ -75,7 +76,7 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         test_targets=_targets(kernel.references, "pytest"),
         script_targets=_targets(kernel.references, "script"),
         editable_files=kernel.editable_files,
-        tolerances=_tolerances(task_cfg),
+        tolerances=_tolerances(task_cfg, kernel.references),
         declared_shapes=task_cfg.shapes if task_cfg else (),
         declared_dtypes=task_cfg.dtypes if task_cfg else (),
         inputs_ref=task_cfg.inputs if task_cfg else None,
@@ -148,10 +149,22 @@ def _targets(refs: tuple[ReferenceTest, ...], kind: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(targets))
 
 
-def _tolerances(task: TaskConfig | None) -> dict[str, tuple[float, float]]:
-    if task is None:
-        return {}
-    return {dtype: (tol.atol, tol.rtol) for dtype, tol in task.tolerances.items()}
+def _tolerances(task: TaskConfig | None, refs: tuple[ReferenceTest, ...]
+                ) -> dict[str, tuple[float, float]]:
+    """The config's tolerances; for the other float dtypes the repository's tests use, the
+    loosest tolerance a test writes for its comparison, never below kfbot's default (the
+    tests' own judgement of close enough, e.g. `rtol=1e-4, atol=1e-3` for a long sum)."""
+    declared = {dtype: (tol.atol, tol.rtol) for dtype, tol in (task.tolerances.items()
+                                                               if task else ())}
+    found: dict[str, tuple[float, float]] = {}
+    for ref in refs:
+        for dtype in ref.dtypes or ("float32",):
+            name = dtype.removeprefix("torch.")
+            own = floor_with_defaults(name, ref.atol, ref.rtol)
+            if own is not None:
+                old = found.get(name, own)
+                found[name] = (max(old[0], own[0]), max(old[1], own[1]))
+    return {**found, **declared}
 
 
 def _block(kernel: Kernel) -> int | None:

@@ -172,6 +172,10 @@ class ReferenceTest:
     mismatch_signal: Literal["exception", "exit_status", "printed"] = "exception"
     backward: bool = False  # the comparison checks gradients (the op's backward pass)
     helper: str | None = None  # "check (tests/conftest.py:12)": compares through a helper
+    # The comparison's own tolerances, where the test writes them as numbers
+    # (`assert_close(out, ref, rtol=1e-4, atol=1e-3)`).
+    atol: float | None = None
+    rtol: float | None = None
     # From the test to the kernel, once linked: test, Python wrappers, op, binding,
     # host functions, launch, kernel.
     chain: tuple[Step, ...] = ()

@@ -48,12 +48,35 @@ class Cmp:
     scope: Scope  # where `a` and `b` are evaluated
     line: int
     helper: str | None = None  # the helper compared through, "name (file:line)" if read
+    atol: float | None = None  # the comparison's own tolerances, when written as numbers
+    rtol: float | None = None
 
 
 def is_helper_name(name: str) -> bool:
     return bool(name) and HELPER_NAME.match(name) is not None and any(
         w in name.lower() for w in ("close", "check", "equal", "same", "compare", "verify",
                                     "match"))
+
+
+# Where `allclose`-like functions take rtol and atol positionally (after the two operands).
+_POSITIONAL_TOLERANCES = {"torch.allclose": ("rtol", "atol"), "numpy.allclose": ("rtol", "atol"),
+                          "numpy.testing.assert_allclose": ("rtol", "atol")}
+
+
+def _number(node: ast.expr | None) -> float | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool) and node.value >= 0:
+        return float(node.value)
+    return None
+
+
+def tolerances(call: ast.Call, name: str = "") -> tuple[float | None, float | None]:
+    """(atol, rtol) a comparison call writes as numbers: keywords, or positions after the
+    two operands for the functions that take them so."""
+    found = {k.arg: _number(k.value) for k in call.keywords if k.arg in ("atol", "rtol")}
+    for key, node in zip(_POSITIONAL_TOLERANCES.get(name, ()), call.args[2:], strict=False):
+        found.setdefault(key, _number(node))
+    return found.get("atol"), found.get("rtol")
 
 
 def _operands(call: ast.Call) -> tuple[ast.expr, ast.expr] | None:
@@ -148,8 +171,12 @@ class CompareFinder:
         i, j, kind = found
         node = fn.node
         line = node.lineno if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else 0
+        inner = next((c for c in self.find(fn) if c.atol is not None or c.rtol is not None), None)
+        atol, rtol = tolerances(call)
         return Cmp(kind, call.args[i], call.args[j], scope, call.lineno,
-                   helper=f"{fn.name} ({self.index.rel_path}:{line})")
+                   helper=f"{fn.name} ({self.index.rel_path}:{line})",
+                   atol=atol if atol is not None else inner.atol if inner else None,
+                   rtol=rtol if rtol is not None else inner.rtol if inner else None)
 
     def _named_helper_call(self, call: ast.Call, scope: Scope) -> Cmp | None:
         """`check(out, ref)` with `check` from a conftest fixture or another module."""
@@ -160,7 +187,8 @@ class CompareFinder:
         if len(positional) < 2 or not is_helper_name(name) or \
                 self.index.local_function(func, scope) is not None:
             return None
-        return Cmp(name, positional[0], positional[1], scope, call.lineno, helper=name)
+        return Cmp(name, positional[0], positional[1], scope, call.lineno, helper=name,
+                   atol=tolerances(call)[0], rtol=tolerances(call)[1])
 
     def _compare_call(self, call: ast.Call, scope: Scope) -> Cmp | None:
         func = call.func
@@ -176,7 +204,9 @@ class CompareFinder:
             q = "numpy." + q[3:]
         if q in _COMPARE_FUNCS:
             operands = _operands(call)
-            return Cmp(q, *operands, scope, call.lineno) if operands else None
+            atol, rtol = tolerances(call, q)
+            return Cmp(q, *operands, scope, call.lineno, atol=atol, rtol=rtol) if operands \
+                else None
         if isinstance(func, ast.Attribute) and func.attr in ("allclose", "equal") \
                 and call.args and head_name(func) not in self.index.imports:
             return Cmp(f"torch.{func.attr}", func.value, call.args[0], scope, call.lineno)

@@ -192,7 +192,7 @@ class ReferenceFinder:
             comparison=cmp.kind, shapes=shapes, dtypes=dtypes, why=why,
             confidence=round(min(max(pairing.confidence, 0.0), 1.0), 2),
             target=op.target, mismatch_signal=self._signal(cmp, kind),
-            backward=pairing.backward, helper=cmp.helper)
+            backward=pairing.backward, helper=cmp.helper, atol=cmp.atol, rtol=cmp.rtol)
 
     def _signal(self, cmp: Cmp, kind: str) -> Literal["exception", "exit_status", "printed"]:
         """How a mismatch shows: raised (pytest, an assert), in the exit status (a script

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import DEFAULT_TOLERANCES, Tolerance, tolerance_for
+from kfbot.evaluate.compare import tolerance_for
 from kfbot.evaluate.device import environment
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
 from kfbot.evaluate.device.probes import (
@@ -51,6 +51,7 @@ from kfbot.evaluate.inputs import (
 )
 from kfbot.evaluate.reference import belongs
 from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, Tolerance
 from kfbot.evaluate.worker import cuda_error_kind
 
 REPEAT_CALLS = 10

@@ -21,7 +21,6 @@ import torch
 
 from kfbot.evaluate.compare import (
     Comparison,
-    Tolerance,
     close_all,
     close_all_finite,
     compare,
@@ -38,6 +37,7 @@ from kfbot.evaluate.device.probes import (
     snapshot,
     tensors_in,
 )
+from kfbot.evaluate.tolerances import Tolerance
 from kfbot.evaluate.via import Via
 from kfbot.evaluate.worker import cuda_error_kind
 
