@@ -91,9 +91,15 @@ class NaiveRow:
 # --- the GPU-free parts ---------------------------------------------------------------
 
 
+# One kernel per class: the default set the target is measured on.
+DEFAULT = ("softmax", "silu", "matmul", "transpose")
+
+
 def pick(names: str | None) -> list[NaiveBench]:
-    if names is None:
-        return list(NAIVE)
+    """The named kernels; none named: one per class (DEFAULT); `all`: every one."""
+    if names is None or names.strip() == "all":
+        wanted_keys = DEFAULT if names is None else tuple(b.key for b in NAIVE)
+        return [b for b in NAIVE if b.key in wanted_keys]
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     known = {b.key: b for b in NAIVE}
     unknown = [n for n in wanted if n not in known]
@@ -123,6 +129,13 @@ def reproduced_speedup(answer: dict[str, Any]) -> float | None:
     """The reproduced geometric-mean speedup of `kfbot reproduce --json`."""
     value = (answer.get("speedup") or {}).get("reproduced")
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def _reproduced(out: str) -> float | None:
+    try:
+        return reproduced_speedup(json.loads(out))
+    except (json.JSONDecodeError, AttributeError):
+        return None
 
 
 def bench_speedup(answer: dict[str, Any]) -> tuple[float | None, str]:
@@ -233,10 +246,13 @@ def measure(bench: NaiveBench, work: Path, budget: int, seed: int, gpu: int | No
     row.reported, row.original_us = reported_speedup(json.loads(report.read_text()))
     row.change = best_change(repo, bench.kernel)
     code, out, err = kfbot(["reproduce", str(run_dir), "--json", *where], STEP_TIMEOUT_S)
-    if code == 0:
-        row.reproduced = reproduced_speedup(json.loads(out))
-    else:
-        row.problems.append(f"kfbot reproduce failed (exit {code}): {err or out[-300:]}")
+    row.reproduced = _reproduced(out)
+    if code != 0:
+        # Exit 1 with figures: reproduced, but more than 5% below the report; the
+        # figure still counts (it is the patch's own), and the disagreement is said.
+        said = "more than 5% below the report" if row.reproduced is not None else \
+            (err or out[-300:])
+        row.problems.append(f"kfbot reproduce exit {code}: {said}")
     code, out, err = kfbot(["bench", bench.kernel, "--repo", str(repo), "--candidate",
                             str(hand_candidate(bench, repo, work)), "--json", *where],
                            STEP_TIMEOUT_S)

@@ -26,6 +26,7 @@ hand-written version; target: a geometric mean of the reproduced speedups of at 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import shutil
@@ -485,11 +486,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     naive.add_argument("--naive", action="store_true",
                        help="kfbot optimize --no-llm on the naive fixtures, reproduced, beside "
                             f"hand-written versions (--kernels from: "
-                            f"{', '.join(b.key for b in naive_kernels.NAIVE)})")
+                            f"{', '.join(b.key for b in naive_kernels.NAIVE)}, or all; default: "
+                            f"{','.join(naive_kernels.DEFAULT)}, one per class)")
     naive.add_argument("--budget", type=int, default=naive_kernels.MAX_BUDGET,
                        metavar="N", help=f"evaluations per kernel (at most "
                                          f"{naive_kernels.MAX_BUDGET}, the default)")
     naive.add_argument("--seed", type=int, default=0, help="the search's seed (default 0)")
+    naive.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                       help="work in DIR and keep it: the runs' folders, with every "
+                            "evaluation and its reason (default: a temporary folder)")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.cap < 1:
         p.error("--seeds and --cap must be at least 1")
@@ -550,13 +555,18 @@ def run_naive(args: argparse.Namespace, console: Console) -> int:
     """The naive-kernel section: each kernel's row as it ends, then the table and verdict."""
     benches = naive_kernels.pick(args.kernels)
     rows: list[naive_kernels.NaiveRow] = []
-    with tempfile.TemporaryDirectory(prefix="kfbot-naive-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = str(args.keep) if args.keep is not None else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="kfbot-naive-"))
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for bench in benches:
             console.print(f"[bold]{bench.kernel}[/] ({bench.fixture}): optimize, reproduce, "
                           "hand-written ...")
             rows.append(naive_kernels.measure(bench, Path(tmp), args.budget, args.seed,
                                               None))
             console.print(naive_kernels.table(rows[-1:], args.budget))
+            for problem in rows[-1].problems:
+                console.print(f"  {bench.key}: {problem}", highlight=False, markup=False)
     console.print(naive_kernels.table(rows, args.budget))
     lines, passed = naive_kernels.summary(rows, args.budget)
     for line in lines:

@@ -43,6 +43,12 @@ def test_every_class_has_a_fixture_with_a_hand_written_version() -> None:
         assert f"void {b.kernel}(" in (root / b.file).read_text()
         assert "void __launch_bounds__" in (root / "hand" / f"{b.kernel}.cu").read_text()
     assert [b.key for b in nk.pick("matmul, softmax")] == ["matmul", "softmax"]
+    # By default one kernel per class, every class once; `all` is every fixture kernel.
+    default = nk.pick(None)
+    assert sorted(b.kind for b in default) == sorted({b.kind for b in nk.NAIVE})
+    assert nk.pick("all") == list(nk.NAIVE)
+    assert nk._reproduced('{"speedup": {"reproduced": 4.5}}') == 4.5
+    assert nk._reproduced("kfbot reproduce: the patch does not apply") is None
     with pytest.raises(SystemExit, match="unknown kernel"):
         nk.pick("softmax,nope")
 
