@@ -4,6 +4,8 @@ suggestion that names the line of the repository's build and the flag to add the
 from __future__ import annotations
 
 import random
+
+import pytest
 from pathlib import Path
 
 from kfbot.config import load_config
@@ -13,7 +15,7 @@ from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.winner import build_edits, committable, needs_parameters
+from kfbot.search.winner import CONFIRMATIONS, build_edits, committable, confirm, needs_parameters
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -83,3 +85,43 @@ def test_a_define_the_build_does_not_set_can_go_in_the_build_or_the_default() ->
     (tile,) = build_edits(matmul, {"TILE": "32"})
     assert tile.startswith("change `-DTILE=16` to `-DTILE=32` in the load() call at "
                            "`matmul_ops.py:17`")
+
+
+def test_the_committed_numbers_are_a_second_evaluation_of_the_chosen_code() -> None:
+    cands = {c.hash: c for c in (FLAGS, FILES, SLOWER_FILES)}
+    evals = {FLAGS.hash: _faster(FLAGS, 1.25), FILES.hash: _faster(FILES, 1.30),
+             SLOWER_FILES.hash: _faster(SLOWER_FILES, 1.10)}
+    asked: list[Candidate] = []
+
+    def again(cand: Candidate) -> Evaluation:
+        asked.append(cand)
+        return _faster(cand, 1.22)  # the search's figure of its fastest leant high
+
+    found = confirm(evals, cands, again)
+    assert asked == [FILES]  # the flag candidate is never committed, so never re-timed
+    assert found.committed is not None and found.committed[1] == FILES
+    assert found.committed[0].speedup == pytest.approx(1.22, rel=1e-3)
+    assert found.search_speedup == pytest.approx(1.30, rel=1e-3)
+    assert found.dropped == ()
+
+
+def test_a_candidate_that_fails_its_second_evaluation_is_not_committed() -> None:
+    cands = {c.hash: c for c in (FILES, SLOWER_FILES)}
+    evals = {FILES.hash: _faster(FILES, 1.30), SLOWER_FILES.hash: _faster(SLOWER_FILES, 1.10)}
+
+    def again(cand: Candidate) -> Evaluation:
+        if cand == FILES:
+            return failed(cand.hash, "correctness", "wrong at (7, 33) on the second run")
+        return _faster(cand, 1.09)
+
+    found = confirm(evals, cands, again)
+    assert found.committed is not None and found.committed[1] == SLOWER_FILES
+    (line,) = found.dropped
+    assert line.startswith(f"`{FILES.short}` (1.30x in the search) was correctness")
+    assert "wrong at (7, 33) on the second run" in line
+    # Within noise on its second evaluation: not significantly faster, not committed.
+    many = [Candidate(files={"k.cu": f"// {i}"}, origin="params") for i in range(5)]
+    evals = {c.hash: _faster(c, 1.2 + 0.01 * i) for i, c in enumerate(many)}
+    found = confirm(evals, {c.hash: c for c in many}, lambda c: _faster(c, 1.0))
+    assert found.committed is None and len(found.dropped) == CONFIRMATIONS
+    assert all("was noise when timed again" in line for line in found.dropped)

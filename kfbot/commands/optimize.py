@@ -163,13 +163,18 @@ def _result(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
         say(f"faster with build parameters: candidate {found.candidate.short}, "
             f"{found.evaluation.speedup or 0:.3f}x; not committed (the report says how to "
             "carry the parameters into the build)")
+    confirmed = outcome.confirmation
+    for line in confirmed.dropped if confirmed else ():
+        say(f"not committed: {line}")
     if outcome.committed is None:
         say("no candidate that changes files only was correct and significantly faster; "
             f"nothing committed; run folder {run_dir}")
         return EXIT_FAILURE
     ev, cand = outcome.committed
     review = "; needs review (physics floor)" if ev.needs_review else ""
-    say(f"best: {ev.speedup or 0:.3f}x ({ev.verdict}), candidate {cand.short}{review}; "
+    again = "" if confirmed is None or confirmed.search_speedup is None else \
+        f" (timed again after the search, which saw {confirmed.search_speedup:.3f}x)"
+    say(f"best: {ev.speedup or 0:.3f}x ({ev.verdict}){again}, candidate {cand.short}{review}; "
         f"run folder {run_dir}")
     for what, path in outcome.files.items():
         say(f"  {what}: {path}")

@@ -64,7 +64,7 @@ from kfbot.search.report import (
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
-from kfbot.search.winner import NeedsParameters, committable, needs_parameters
+from kfbot.search.winner import Confirmed, NeedsParameters, confirm, needs_parameters
 from kfbot.text import read_source
 
 
@@ -128,6 +128,8 @@ class OptimizeOutcome:
     committed: tuple[Evaluation, Candidate] | None = None
     # A faster candidate whose speed needs build parameters: a suggestion, never committed.
     needs_parameters: NeedsParameters | None = None
+    # The second evaluation the committed candidate's numbers come from (see `confirm`).
+    confirmation: Confirmed | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -182,9 +184,11 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
-    committed = committable(evaluations, mut.candidates)
+    confirmed = confirm(evaluations, mut.candidates, lambda c: executor.evaluate([c])[0][1])
+    committed = confirmed.committed
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
                               adequacy=engine.adequacy(), committed=committed,
+                              confirmation=confirmed,
                               needs_parameters=needs_parameters(task, evaluations,
                                                                 mut.candidates, committed))
     outcome.files = write_outputs(task, outcome, run_dir, settings)
@@ -275,6 +279,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
     lines = [f"# kfbot optimize: {task.kernel_id}", "",
              f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
              headline(task, outcome.committed), ""]
+    lines += _confirmation_lines(outcome.confirmation)
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
                   "```diff", patch, "```", ""]
@@ -286,6 +291,20 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
               "parameters included.", "", mermaid_chart(series), "## Search history", "",
               history_table(outcome.result.history)]
     return "\n".join(lines)
+
+
+def _confirmation_lines(found: Confirmed | None) -> list[str]:
+    if found is None:
+        return []
+    lines = []
+    if found.committed is not None and found.search_speedup is not None:
+        lines += [f"The committed candidate was evaluated again after the search; the figures "
+                  f"below are that second evaluation's, which took no part in choosing it "
+                  f"(in the search: {found.search_speedup:.2f}x).", ""]
+    if found.dropped:
+        lines += ["Not committed, though faster in the search:", "",
+                  *[f"- {line}" for line in found.dropped], ""]
+    return lines
 
 
 def _parameters_section(task: KernelTask, found: NeedsParameters | None) -> list[str]:
@@ -317,6 +336,10 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
         "rationale": cand.rationale if cand else None,
         "patch": PATCH if cand else None,
         "best": evaluation_json(task.kernel_name, ev) if ev else None,
+        "confirmation": {
+            "search_speedup": outcome.confirmation.search_speedup,
+            "dropped": list(outcome.confirmation.dropped),
+        } if outcome.confirmation else None,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),
