@@ -114,6 +114,20 @@ def test_clearly_slower() -> None:
     assert s.ci_low < 0.8 < s.ci_high
 
 
+def test_a_difference_below_the_absolute_floor_is_noise_both_ways() -> None:
+    # A launch-bound shape: 3.90 µs against 4.16 µs, tightly measured, is significant
+    # to the bootstrap but under half a microsecond.
+    base, cand = even_normal(3.90, 0.02, 51), even_normal(4.16, 0.02, 51)
+    assert compare_times(base, cand, random.Random(3)).verdict == "slower"
+    tiny = compare_times(base, cand, random.Random(3), abs_floor_us=0.5)
+    assert tiny.verdict == "noise" and tiny.ratio == pytest.approx(3.90 / 4.16)
+    assert compare_times(cand, base, random.Random(3), abs_floor_us=0.5).verdict == "noise"
+    # 5.7 µs against 8.6 µs is a real regression at any size.
+    slow = compare_times(even_normal(5.7, 0.05, 51), even_normal(8.6, 0.05, 51),
+                         random.Random(3), abs_floor_us=0.5)
+    assert slow.verdict == "slower"
+
+
 def test_random_samples_get_the_right_verdicts() -> None:
     # Sample medians wander a few tenths of a percent; the verdicts must not.
     rng = random.Random(5)

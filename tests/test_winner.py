@@ -15,7 +15,14 @@ from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.winner import CONFIRMATIONS, build_edits, committable, confirm, needs_parameters
+from kfbot.search.winner import (
+    CONFIRMATIONS,
+    build_edits,
+    committable,
+    confirm,
+    near_miss,
+    needs_parameters,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -125,3 +132,27 @@ def test_a_candidate_that_fails_its_second_evaluation_is_not_committed() -> None
     found = confirm(evals, {c.hash: c for c in many}, lambda c: _faster(c, 1.0))
     assert found.committed is None and len(found.dropped) == CONFIRMATIONS
     assert all("was noise when timed again" in line for line in found.dropped)
+
+
+def _mixed(cand: Candidate) -> Evaluation:
+    """3x on a large shape, 5.7 µs -> 8.6 µs on a small one: faster overall, not committable."""
+    rng = random.Random(0)
+    big = [400.0 + 0.1 * i for i in range(30)]
+    small = [5.7 + 0.001 * i for i in range(30)]
+    return Evaluation(cand.hash, "done", True, "correct", timings=(
+        ShapeTiming("(1024, 1024) x (1024, 1024) float32",
+                    compare_times(big, [b / 3 for b in big], rng)),
+        ShapeTiming("(65, 33) x (33, 17) float32",
+                    compare_times(small, [s * 8.6 / 5.7 for s in small], rng))))
+
+
+def test_nothing_committed_says_which_shape_kept_the_fastest_out() -> None:
+    mixed = Candidate(files={"k.cu": "// tiled"}, origin="rules", rationale="register tiling")
+    cands = {c.hash: c for c in (mixed, FLAGS)}
+    evals = {mixed.hash: _mixed(mixed), FLAGS.hash: _faster(FLAGS, 1.25)}
+    assert committable(evals, cands) is None
+    said = near_miss(evals, cands)
+    assert said == (f"the fastest correct candidate, `{mixed.short}` (rules: register tiling), "
+                    "is 1.41x overall but significantly slower on (65, 33) x (33, 17) float32: "
+                    "5.71 µs -> 8.62 µs (0.66x)")
+    assert near_miss({FLAGS.hash: evals[FLAGS.hash]}, cands) is None  # flags: a suggestion

@@ -167,6 +167,8 @@ def _result(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
     for line in confirmed.dropped if confirmed else ():
         say(f"not committed: {line}")
     if outcome.committed is None:
+        if outcome.near_miss:
+            say(f"not committed: {outcome.near_miss}")
         say("no candidate that changes files only was correct and significantly faster; "
             f"nothing committed; run folder {run_dir}")
         return EXIT_FAILURE

@@ -178,11 +178,12 @@ def _verdict(ci_low: float, ci_high: float, noise_floor: float) -> Verdict:
 
 def compare_times(baseline: Sequence[float], candidate: Sequence[float], rng: random.Random,
                   resamples: int = 2000, confidence: float = 0.95,
-                  noise_floor: float = 0.01) -> Speedup:
+                  noise_floor: float = 0.01, abs_floor_us: float = 0.0) -> Speedup:
     """Speedup of `candidate` over `baseline` with a percentile bootstrap interval.
 
     Each side is resampled on its own (the runs are not paired), and the interval
     is that of median(baseline) / median(candidate). Same rng state, same answer.
+    Medians closer than `abs_floor_us` are noise whatever the interval says.
     """
     if resamples < 1 or not 0 < confidence < 1 or noise_floor < 0:
         raise ValueError("need resamples >= 1, 0 < confidence < 1 and noise_floor >= 0")
@@ -192,8 +193,11 @@ def compare_times(baseline: Sequence[float], candidate: Sequence[float], rng: ra
     ratios = sorted(b / c for b, c in zip(base_medians, cand_medians, strict=True))
     tail = (1 - confidence) / 2
     low, high = _percentile(ratios, tail), _percentile(ratios, 1 - tail)
+    verdict = _verdict(low, high, noise_floor)
+    if abs(base.median - cand.median) < abs_floor_us:
+        verdict = "noise"
     return Speedup(ratio=base.median / cand.median, ci_low=low, ci_high=high,
-                   confidence=confidence, verdict=_verdict(low, high, noise_floor),
+                   confidence=confidence, verdict=verdict,
                    baseline=base, candidate=cand)
 
 

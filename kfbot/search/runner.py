@@ -64,7 +64,13 @@ from kfbot.search.report import (
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
-from kfbot.search.winner import Confirmed, NeedsParameters, confirm, needs_parameters
+from kfbot.search.winner import (
+    Confirmed,
+    NeedsParameters,
+    confirm,
+    near_miss,
+    needs_parameters,
+)
 from kfbot.text import read_source
 
 
@@ -130,6 +136,8 @@ class OptimizeOutcome:
     needs_parameters: NeedsParameters | None = None
     # The second evaluation the committed candidate's numbers come from (see `confirm`).
     confirmation: Confirmed | None = None
+    # Nothing committed: why the fastest correct candidate could not be (see `near_miss`).
+    near_miss: str | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -189,6 +197,8 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
                               adequacy=engine.adequacy(), committed=committed,
                               confirmation=confirmed,
+                              near_miss=None if committed else near_miss(evaluations,
+                                                                         mut.candidates),
                               needs_parameters=needs_parameters(task, evaluations,
                                                                 mut.candidates, committed))
     outcome.files = write_outputs(task, outcome, run_dir, settings)
@@ -262,11 +272,13 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     return files
 
 
-def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None) -> str:
+def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
+             missed: str | None = None) -> str:
     """The report's first line of results: the committed candidate and its numbers."""
     if committed is None:
         return ("**Nothing committed: no candidate that changes files only was correct and "
-                "significantly faster than the original.**")
+                "significantly faster than the original.**"
+                + (f" Closest: {missed}." if missed else ""))
     ev, cand = committed
     review = " It needs a person's review (see the flags below)." if ev.needs_review else ""
     return (f"**Committed candidate `{cand.short}`** ({cand.origin}: "
@@ -278,7 +290,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
               patch: str | None) -> str:
     lines = [f"# kfbot optimize: {task.kernel_id}", "",
              f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
-             headline(task, outcome.committed), ""]
+             headline(task, outcome.committed, outcome.near_miss), ""]
     lines += _confirmation_lines(outcome.confirmation)
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
@@ -340,6 +352,7 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
             "search_speedup": outcome.confirmation.search_speedup,
             "dropped": list(outcome.confirmation.dropped),
         } if outcome.confirmation else None,
+        "near_miss": outcome.near_miss,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),

@@ -57,6 +57,25 @@ def committable(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, 
     return best
 
 
+def near_miss(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Candidate]
+              ) -> str | None:
+    """Why the fastest correct file-only candidate that is not committable was not: the
+    shapes it made significantly slower, with their times (or None when there is none)."""
+    missed = [(ev, candidates[d]) for d, ev in sorted(evaluations.items())
+              if d in candidates and candidates[d].files and not candidates[d].params
+              and ev.ok and not ev.publishable and (ev.speedup or 0.0) > 1.0]
+    if not missed:
+        return None
+    ev, cand = max(missed, key=lambda pair: pair[0].speedup or 0.0)
+    slower = [f"{t.input}: {t.speedup.baseline.median:.2f} µs -> "
+              f"{t.speedup.candidate.median:.2f} µs ({t.speedup.ratio:.2f}x)"
+              for t in ev.timings if t.speedup.verdict == "slower"]
+    why = ("significantly slower on " + "; ".join(slower)) if slower else \
+        "no shape significantly faster"
+    return (f"the fastest correct candidate, `{cand.short}` ({cand.origin}: "
+            f"{cand.rationale or 'no rationale'}), is {ev.speedup or 0.0:.2f}x overall but {why}")
+
+
 # How many candidates, fastest first, may be timed again before a run commits nothing.
 CONFIRMATIONS = 3
 
