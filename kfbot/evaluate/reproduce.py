@@ -34,7 +34,7 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 
 SEEDS = 3  # argument sets per shape, rotated through the timed calls
-METHOD = ("CUDA events around each call, the L2 flushed by a write queued just before it, "
+METHOD = ("CUDA events around each call, the L2 flushed by a read queued just before it, "
           "original and candidate alternating ABBA, batches of calls queued then read")
 
 
