@@ -3,7 +3,7 @@
 Skipped: fixtures/hostile (junk on purpose) and committed torch JIT build folders (any
 folder holding a build.ninja), whose sources are generated copies. The inline softmax,
 whose CUDA lives in a Python string, is compiled the way load_inline would write it.
-These compiles need nvcc / g++ and torch's headers; they take a few minutes serially.
+These compiles need nvcc / g++ and torch's headers; they run two at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sysconfig
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -96,29 +97,65 @@ def _defines(source: Path) -> list[str]:
     return [f"-DTORCH_EXTENSION_NAME={name}_ext", "-DTORCH_API_INCLUDE_EXTENSION_H"]
 
 
-def _compile(cmd: list[str]) -> None:
+def _run(cmd: list[str]) -> str | None:
+    """None when the command succeeds, else what it printed."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (
-        f"{' '.join(cmd)}\nexit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    )
+    if proc.returncode == 0:
+        return None
+    return f"{' '.join(cmd)}\nexit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
 
 
-def _nvcc(source: Path, out_dir: Path) -> None:
+def _compile(cmd: list[str]) -> None:
+    error = _run(cmd)
+    assert error is None, error
+
+
+def _nvcc_command(source: Path, out_dir: Path) -> list[str] | str:
     if NVCC is None:
-        pytest.skip("nvcc not found")
+        return "nvcc not found"
     obj = out_dir / (source.stem + ".o")
-    _compile([NVCC, "-c", "-std=c++17", "-arch=sm_90", *_defines(source),
-              *_include_flags(source), str(source), "-o", str(obj)])
+    return [NVCC, "-c", "-std=c++17", "-arch=sm_90", *_defines(source),
+            *_include_flags(source), str(source), "-o", str(obj)]
 
 
-def _gxx_syntax(source: Path, tool_headers: dict[str, Path]) -> None:
+def _gxx_command(source: Path, tool_headers: dict[str, Path]) -> list[str] | str:
     if CXX is None:
-        pytest.skip("g++ not found")
+        return "g++ not found"
     cuda = _cuda_include()
     if cuda is None:
-        pytest.skip("CUDA headers (cuda_runtime.h) not found")
-    _compile([CXX, "-fsyntax-only", "-std=c++17", *_defines(source),
-              *_include_flags(source, tool_headers), f"-I{cuda}", str(source)])
+        return "CUDA headers (cuda_runtime.h) not found"
+    return [CXX, "-fsyntax-only", "-std=c++17", *_defines(source),
+            *_include_flags(source, tool_headers), f"-I{cuda}", str(source)]
+
+
+@pytest.fixture(scope="module")
+def compiled(request: pytest.FixtureRequest, tool_headers: dict[str, Path],
+             tmp_path_factory: pytest.TempPathFactory) -> dict[Path, list[str] | str | None]:
+    """Compile the sources this session selected, two at a time (each compile is one
+    process, and the torch headers make each take 5-30 s): per source, None when it
+    compiled, the failure's output, or why it could not be tried (a one-line str)."""
+    _torch_includes()
+    selected = {item.callspec.params["source"] for item in request.session.items
+                if getattr(item, "callspec", None) is not None
+                and isinstance(item.callspec.params.get("source"), Path)}
+    out = tmp_path_factory.mktemp("objects")
+    commands: dict[Path, list[str] | str] = {
+        s: _nvcc_command(s, out / str(i)) if s.suffix == ".cu" else _gxx_command(s, tool_headers)
+        for i, s in enumerate(sorted(selected))}
+    for i in range(len(commands)):
+        (out / str(i)).mkdir()
+    runnable = [s for s, cmd in commands.items() if isinstance(cmd, list)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        errors = dict(zip(runnable, pool.map(lambda s: _run(commands[s]), runnable),
+                          strict=True))
+    return {s: errors[s] if s in errors else commands[s] for s in commands}
+
+
+def _outcome(compiled: dict[Path, list[str] | str | None], source: Path) -> None:
+    result = compiled[source]
+    if isinstance(result, str) and "\n" not in result:
+        pytest.skip(result)
+    assert result is None, result
 
 
 def test_fixture_sources_found() -> None:
@@ -128,13 +165,13 @@ def test_fixture_sources_found() -> None:
 
 
 @pytest.mark.parametrize("source", _sources(".cu"), ids=_id)
-def test_cu_compiles(source: Path, tmp_path: Path) -> None:
-    _nvcc(source, tmp_path)
+def test_cu_compiles(source: Path, compiled: dict[Path, list[str] | str | None]) -> None:
+    _outcome(compiled, source)
 
 
 @pytest.mark.parametrize("source", _sources(".cpp"), ids=_id)
-def test_cpp_compiles(source: Path, tool_headers: dict[str, Path]) -> None:
-    _gxx_syntax(source, tool_headers)
+def test_cpp_compiles(source: Path, compiled: dict[Path, list[str] | str | None]) -> None:
+    _outcome(compiled, source)
 
 
 def _inline_softmax_module() -> types.ModuleType:
