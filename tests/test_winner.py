@@ -4,9 +4,9 @@ suggestion that names the line of the repository's build and the flag to add the
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
