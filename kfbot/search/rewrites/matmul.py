@@ -70,13 +70,11 @@ def register_tiling_large(source: str, target: Target) -> str | None:
 
 
 def _rewrite(source: str, target: Target, tiling: Tiling) -> str | None:
-    if target.launched_elsewhere:
+    found_kernel = sx.sole_kernel(source, target)
+    if found_kernel is None:
         return None
-    root = sx.parse(source)
-    kernels = sx.kernels_named(root, target.kernel)
-    if len(kernels) != 1:
-        return None
-    shape = grid2d(kernels[0])
+    root, kernel = found_kernel
+    shape = grid2d(kernel)
     found = _matmul(shape) if shape is not None else None
     if found is None:
         return None
@@ -90,7 +88,7 @@ def _rewrite(source: str, target: Target, tiling: Tiling) -> str | None:
         return (f"dim3((unsigned)(({cols}) + {t - 1}) / {t}, "
                 f"(unsigned)(({rows}) + {t - 1}) / {t})")
 
-    launch = kernel_launch_edits(root, kernels[0], LaunchPlan(grid, "dim3(16, 16)", 256))
+    launch = kernel_launch_edits(root, kernel, LaunchPlan(grid, "dim3(16, 16)", 256))
     if launch is None:
         return None
     body = _body(found, tiling, sx.indent_at(source.encode(), found.shape.first) or "    ")

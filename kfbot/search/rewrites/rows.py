@@ -70,23 +70,21 @@ def block_per_row(source: str, target: Target) -> str | None:
 
 
 def _rewrite(source: str, target: Target, split: _Split) -> str | None:
-    if target.launched_elsewhere:
+    found_kernel = sx.sole_kernel(source, target)
+    if found_kernel is None:
         return None
-    root = sx.parse(source)
-    kernels = sx.kernels_named(root, target.kernel)
-    if len(kernels) != 1:
-        return None
-    shape = row_kernel(kernels[0])
+    root, kernel = found_kernel
+    shape = row_kernel(kernel)
     if shape is None:
         return None
     src = source.encode()
     plan = LaunchPlan(grid=lambda args: _grid(split, shape, args), block=str(THREADS),
                       threads=THREADS)
-    launch = kernel_launch_edits(root, kernels[0], plan)
+    launch = kernel_launch_edits(root, kernel, plan)
     if launch is None:
         return None
     used = {(split.reduce, a.combine) for loop in shape.loops for a in loop.accumulators}
-    helpers = reduction_helpers(root, kernels[0], sorted(used))
+    helpers = reduction_helpers(root, kernel, sorted(used))
     return sx.spliced(src, [*_kernel_edits(src, shape, split), *launch, *helpers])
 
 

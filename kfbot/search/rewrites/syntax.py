@@ -38,6 +38,17 @@ def parse(source: str) -> Node:
     return tsx.parse_cuda(source.encode()).root_node
 
 
+def sole_kernel(source: str, target: Target) -> tuple[Node, Node] | None:
+    """(the file's syntax tree, the target kernel) for a rewrite that changes how the
+    kernel is launched: None when a launch sits in another file or the name is not one
+    kernel here."""
+    if target.launched_elsewhere:
+        return None
+    root = parse(source)
+    kernels = kernels_named(root, target.kernel)
+    return (root, kernels[0]) if len(kernels) == 1 else None
+
+
 def splice(source: bytes, edits: list[Edit]) -> bytes:
     for start, end, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         source = source[:start] + new + source[end:]

@@ -24,14 +24,12 @@ ROWS = 8  # threadIdx.y values: each thread moves TILE / ROWS elements
 
 
 def tiled_transpose(source: str, target: Target) -> str | None:
-    if target.launched_elsewhere:
+    found_kernel = sx.sole_kernel(source, target)
+    if found_kernel is None:
         return None
-    root = sx.parse(source)
-    kernels = sx.kernels_named(root, target.kernel)
-    if len(kernels) != 1:
-        return None
-    shape = grid2d(kernels[0])
-    found = _transpose(shape, kernels[0]) if shape is not None else None
+    root, kernel = found_kernel
+    shape = grid2d(kernel)
+    found = _transpose(shape, kernel) if shape is not None else None
     if found is None:
         return None
     read_var, write_var, element, elem_type = found
@@ -45,7 +43,7 @@ def tiled_transpose(source: str, target: Target) -> str | None:
         return (f"dim3((unsigned)(({along_x}) + {TILE - 1}) / {TILE}, "
                 f"(unsigned)(({along_y}) + {TILE - 1}) / {TILE})")
 
-    launch = kernel_launch_edits(root, kernels[0],
+    launch = kernel_launch_edits(root, kernel,
                                  LaunchPlan(grid, f"dim3({TILE}, {ROWS})", TILE * ROWS))
     if launch is None:
         return None
