@@ -44,29 +44,36 @@ class NeedsParameters:
     edits: tuple[str, ...]  # one line per parameter: where and what to change
 
 
+def _fastest(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Candidate],
+             keep: Callable[[Evaluation, Candidate], bool]) -> tuple[Evaluation, Candidate] | None:
+    """The fastest kept (evaluation, candidate); ties go to the first hash, so a run
+    chooses the same way every time."""
+    kept = [(ev, candidates[d]) for d, ev in sorted(evaluations.items())
+            if d in candidates and keep(ev, candidates[d])]
+    return max(kept, key=lambda pair: pair[0].speedup or 0.0, default=None)
+
+
+def _files_only(cand: Candidate) -> bool:
+    """What a branch can hold: changed files, no build parameters."""
+    return bool(cand.files) and not cand.params
+
+
 def committable(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Candidate]
                 ) -> tuple[Evaluation, Candidate] | None:
     """The fastest publishable candidate without build parameters, or None."""
-    best: tuple[Evaluation, Candidate] | None = None
-    for digest, ev in sorted(evaluations.items()):  # sorted: ties break the same way
-        cand = candidates.get(digest)
-        if cand is None or cand.params or not cand.files or not ev.publishable:
-            continue
-        if best is None or (ev.speedup or 0.0) > (best[0].speedup or 0.0):
-            best = (ev, cand)
-    return best
+    return _fastest(evaluations, candidates,
+                    lambda ev, cand: _files_only(cand) and ev.publishable)
 
 
 def near_miss(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Candidate]
               ) -> str | None:
     """Why the fastest correct file-only candidate that is not committable was not: the
     shapes it made significantly slower, with their times (or None when there is none)."""
-    missed = [(ev, candidates[d]) for d, ev in sorted(evaluations.items())
-              if d in candidates and candidates[d].files and not candidates[d].params
-              and ev.ok and not ev.publishable and (ev.speedup or 0.0) > 1.0]
-    if not missed:
+    missed = _fastest(evaluations, candidates, lambda ev, cand: (
+        _files_only(cand) and ev.ok and not ev.publishable and (ev.speedup or 0.0) > 1.0))
+    if missed is None:
         return None
-    ev, cand = max(missed, key=lambda pair: pair[0].speedup or 0.0)
+    ev, cand = missed
     slower = [f"{t.input}: {t.speedup.baseline.median:.2f} µs -> "
               f"{t.speedup.candidate.median:.2f} µs ({t.speedup.ratio:.2f}x)"
               for t in ev.timings if t.speedup.verdict == "slower"]
@@ -121,13 +128,8 @@ def needs_parameters(task: KernelTask, evaluations: Mapping[str, Evaluation],
     """The fastest publishable candidate with build parameters, when it beats the
     committed one (or nothing was committed)."""
     floor = (committed[0].speedup or 0.0) if committed else 0.0
-    best: tuple[Evaluation, Candidate] | None = None
-    for digest, ev in sorted(evaluations.items()):
-        cand = candidates.get(digest)
-        if cand is None or not cand.params or not ev.publishable or (ev.speedup or 0) <= floor:
-            continue
-        if best is None or (ev.speedup or 0.0) > (best[0].speedup or 0.0):
-            best = (ev, cand)
+    best = _fastest(evaluations, candidates, lambda ev, cand: (
+        bool(cand.params) and ev.publishable and (ev.speedup or 0.0) > floor))
     if best is None:
         return None
     return NeedsParameters(best[0], best[1], tuple(build_edits(task, best[1].params)))
