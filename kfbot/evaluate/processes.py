@@ -73,7 +73,7 @@ def run_process(
         try:
             timed_out, flooded = _watch(proc, log, started + max(timeout_s, 0.1), output_cap)
         finally:
-            _kill_group(proc)  # also on an interrupt: nothing runs on unattended
+            kill_group(proc)  # also on an interrupt: nothing runs on unattended
             proc.wait()
     seconds = time.monotonic() - started
     return Ran(proc.returncode, timed_out, flooded, tail(log), seconds, output_cap)
@@ -83,7 +83,7 @@ def _watch(
     proc: subprocess.Popen[bytes], log: Path, deadline: float, output_cap: int
 ) -> tuple[bool, bool]:
     """Wait for the process to exit; (timed out, flooded) when it had to be stopped."""
-    while not _has_exited(proc):
+    while not has_exited(proc):
         if log.stat().st_size > output_cap:
             return False, True
         if time.monotonic() > deadline:
@@ -92,9 +92,11 @@ def _watch(
     return False, False
 
 
-def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
+def has_exited(proc: subprocess.Popen[bytes]) -> bool:
     """Whether the process has exited, without reaping it: its pid, and so its group's
     id, stays ours until we have killed what it left running."""
+    if proc.returncode is not None:
+        return True
     try:
         state = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -102,7 +104,9 @@ def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
     return state is not None
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child and everything it started (it leads its own session); the
+    child itself too, in case its group could not be reached (it is still ours)."""
     if proc.returncode is not None:
         return  # reaped: the id may belong to someone else by now
     with contextlib.suppress(ProcessLookupError, PermissionError):

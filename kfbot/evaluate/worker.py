@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from kfbot.errors import KfbotError
 from kfbot.evaluate.model import Diagnostic
+from kfbot.evaluate.processes import has_exited, kill_group
 from kfbot.evaluate.sandbox import python_module, untrusted_env
 from kfbot.evaluate.worker_main import (
     HEADER,
@@ -212,32 +213,6 @@ def _output_file() -> int:
     return fd
 
 
-def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether the child has exited, without reaping it.
-
-    An unreaped child keeps its pid, so killing its process group afterwards cannot hit
-    an unrelated process that reused the number.
-    """
-    if proc.returncode is not None:
-        return True
-    try:
-        state = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return state is not None
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child and everything it started (it leads its own session)."""
-    if proc.returncode is not None:
-        return  # reaped: the pid may belong to someone else by now
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    # The child itself too, in case its group could not be reached (it is still ours).
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGKILL)
-
-
 def _read_available(fd: int) -> tuple[bytes, bool]:
     """What the non-blocking pipe holds now, and whether the writer has closed it."""
     chunks: list[bytes] = []
@@ -373,7 +348,7 @@ class WorkerSession:
 
     def _ready_child(self) -> _Child | JobResult:
         """The live child, started if needed; a startup failure comes back as a result."""
-        if self._child is not None and (_has_exited(self._child.proc) or self._idle_flood()):
+        if self._child is not None and (has_exited(self._child.proc) or self._idle_flood()):
             # It died, or something it left running kept writing, between jobs: not the
             # next job's fault, so that job gets a fresh process instead of the blame.
             self._stop(graceful=False)
@@ -420,9 +395,9 @@ class WorkerSession:
         os.close(child.requests_fd)  # end of requests: a healthy child exits by itself
         if graceful:
             deadline = time.monotonic() + _EXIT_GRACE_S
-            while not _has_exited(child.proc) and time.monotonic() < deadline:
+            while not has_exited(child.proc) and time.monotonic() < deadline:
                 time.sleep(_TICK_S)
-        _kill_group(child.proc)  # the child if it lingers, and whatever it left running
+        kill_group(child.proc)  # the child if it lingers, and whatever it left running
         # A process stuck in the kernel cannot be helped from here; stop waiting for it.
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.proc.wait(timeout=_REAP_TIMEOUT_S)
@@ -459,7 +434,7 @@ class WorkerSession:
                     unsent = _send_some(fd, unsent)
                     if not unsent:
                         poller.unregister(fd)
-            if closed or _has_exited(child.proc):
+            if closed or has_exited(child.proc):
                 return self._after_exit(child, closed)
 
     def _after_exit(self, child: _Child, closed: bool) -> _Outcome:
@@ -474,9 +449,9 @@ class WorkerSession:
         if message is not None:
             return _Outcome("message", message)
         deadline = time.monotonic() + _EXIT_GRACE_S
-        while not _has_exited(child.proc) and time.monotonic() < deadline:
+        while not has_exited(child.proc) and time.monotonic() < deadline:
             time.sleep(_TICK_S)
-        if not _has_exited(child.proc):
+        if not has_exited(child.proc):
             return _Outcome("protocol", detail="the worker closed its result channel")
         return _Outcome("exited")
 
