@@ -74,34 +74,59 @@ void transpose(const float* in, float* out, int rows, int cols, float s) {
 def test_matmul_register_tiling_keeps_the_users_expressions() -> None:
     out = register_tiling(MATMUL, Target("matmul_kernel"))
     assert out is not None
-    assert "__shared__ float kfbot_As[16][65];" in out
+    assert "__shared__ __align__(16) float kfbot_As[8][68];" in out
     # X and Y evaluated with the user's names bound, zero past the edges
     assert "kfbot_As[kfbot_kk][kfbot_o] = (row < M && k < K) ? " \
            "(float)(A[(int64_t)row * K + k]) : (float)0;" in out
     assert "kfbot_Bs[kfbot_kk][kfbot_o] = (col < N && k < K) ? " \
            "(float)(B[(int64_t)k * N + col]) : (float)0;" in out
     # A's k is contiguous: consecutive threads take consecutive k; B's column
-    assert "const int kfbot_kk = kfbot_e % 16, kfbot_o = kfbot_e / 16;" in out
+    assert "const int kfbot_kk = kfbot_e % 8, kfbot_o = kfbot_e / 8;" in out
     assert "const int kfbot_o = kfbot_e % 64, kfbot_kk = kfbot_e / 64;" in out
+    # a fixed number of loads per thread (unrolled), and up to 255 registers a thread
+    assert "for (int kfbot_e0 = 0; kfbot_e0 < 512; kfbot_e0 += 256) {" in out
+    assert "__global__ void __launch_bounds__(256) matmul_kernel(" in out
+    # a thread's outputs are 4 x 4 neighbours, read from shared memory 16 bytes at a time
+    assert "*reinterpret_cast<const float4*>(&kfbot_As[kk][threadIdx.y * 4 + 64 * g]);" in out
+    assert "const int row = kfbot_row0 + threadIdx.y * 4 + 64 * (kfbot_i / 4) + " \
+           "kfbot_i % 4;" in out
     assert "float acc = kfbot_acc[kfbot_i][kfbot_j];\n" \
            "                C[(int64_t)row * N + col] = alpha * acc + bias[col];" in out
-    assert "matmul_kernel<<<dim3((unsigned)((N) + 63) / 64, (unsigned)((M) + 63) / 64), " \
-           "dim3(16, 16), 0, stream>>>" in out
-    assert "dim3 block(16, 16);" not in out and "dim3 grid(" not in out
     assert register_tiling(out, Target("matmul_kernel")) is None
+
+
+def test_small_problems_keep_the_original_kernel() -> None:
+    out = register_tiling(MATMUL, Target("matmul_kernel"))
+    assert out is not None
+    # the original, verbatim but for its name, before the tiled kernel
+    original = MATMUL[MATMUL.index("__global__"):MATMUL.index("void matmul(")].strip()
+    copy = original.replace("void matmul_kernel(", "void matmul_kernel_small(")
+    assert copy in out and out.index(copy) < out.index("__launch_bounds__(256) matmul_kernel(")
+    # the launch chooses by the work, in the launcher's own sizes; the small path keeps
+    # the launch as written, so its grid and block stay
+    assert "const long long kfbot_work = (long long)(M) * (N) * (K);" in out
+    assert "if (kfbot_work <= 2097152) {" in out
+    assert "matmul_kernel_small<<<grid, block, 0, stream>>>(A, B, bias, C, M, N, K, alpha);" \
+        in out
+    assert "} else {\n            matmul_kernel<<<dim3((unsigned)((N) + 63) / 64, " \
+           "(unsigned)((M) + 63) / 64), dim3(16, 16), 0, stream>>>" in out
+    assert "dim3 block(16, 16);" in out and "dim3 grid(" in out
 
 
 def test_matmul_large_tiles_and_transposed_operands() -> None:
     out = register_tiling_large(MATMUL, Target("matmul_kernel"))
-    assert out is not None and "kfbot_As[8][129]" in out and "kfbot_acc[8][8]" in out
+    assert out is not None and "kfbot_As[8][132]" in out and "kfbot_acc[8][8]" in out
+    assert "for (int g = 0; g < 2; ++g) {" in out  # two groups of 4, 64 apart
     nt = register_tiling(MATMUL_NT, Target("mm_nt"))
     assert nt is not None
     # X (the row's operand) is A even though the source writes Bt first
     assert "(r < M && k < K) ? (double)(A[r * K + k]) : (double)0;" in nt
     assert "(c < N && k < K) ? (double)(Bt[c * K + k]) : (double)0;" in nt
-    assert nt.count("const int kfbot_kk = kfbot_e % 16, kfbot_o = kfbot_e / 16;") == 2
+    assert nt.count("const int kfbot_kk = kfbot_e % 8, kfbot_o = kfbot_e / 8;") == 2
+    assert "a[i] = kfbot_As[kk][threadIdx.y * 4 + 64 * (i / 4) + i % 4];" in nt  # no double4
     assert "mm_nt<<<dim3((unsigned)((N) + 63) / 64, (unsigned)((M) + 63) / 64), " \
            "dim3(16, 16)>>>" in nt
+    assert "mm_nt_small<<<dim3((M + 31) / 32, (N + 7) / 8), dim3(32, 8)>>>" in nt
 
 
 @pytest.mark.parametrize(("old", "new"), [
@@ -117,6 +142,11 @@ def test_matmul_large_tiles_and_transposed_operands() -> None:
     ("int col = blockIdx.x * blockDim.x + threadIdx.x;", "int col = threadIdx.x;"),
     ("matmul_kernel<<<", "cudaLaunchKernel((void*)matmul_kernel, grid, block, nullptr, 0, "
      "stream);\n    matmul_kernel<<<"),
+    # a launch inside an expression cannot become a choice of two launches
+    ("    matmul_kernel<<<grid, block, 0, stream>>>(A, B, bias, C, M, N, K, alpha);",
+     "    (void)(matmul_kernel<<<grid, block, 0, stream>>>(A, B, bias, C, M, N, K, alpha), 0);"),
+    # the copy's name is taken
+    ("void matmul(", "__global__ void matmul_kernel_small() {}\n\nvoid matmul("),
 ])
 def test_matmul_negative(old: str, new: str) -> None:
     src = MATMUL.replace(old, new, 1)
@@ -153,6 +183,7 @@ OUTPUTS = {
     "matmul": register_tiling(MATMUL, Target("matmul_kernel")) or "",
     "matmul-large": register_tiling_large(MATMUL, Target("matmul_kernel")) or "",
     "matmul-nt": register_tiling(MATMUL_NT, Target("mm_nt")) or "",
+    "matmul-nt-large": register_tiling_large(MATMUL_NT, Target("mm_nt")) or "",
     "transpose": tiled_transpose(TRANSPOSE, Target("transpose_kernel")) or "",
 }
 

@@ -138,3 +138,69 @@ def _whole_lines(statement: sx.Node) -> sx.Edit:
 
 def _side_effects(arg: sx.Node) -> bool:
     return any(n.type in ("assignment_expression", "update_expression") for n in sx.walk(arg))
+
+
+Condition = Callable[[dict[str, sx.Node]], "tuple[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Small problems keep the original kernel: a launch becomes a choice between it,
+    copied under another name and launched as written, and the rewritten kernel."""
+
+    small: str  # the copy's name
+    # (a declaration computing the launch's amount of work, the condition that chooses
+    # the copy), in the launch's own expressions; None when they cannot be said
+    condition: Condition
+    why: str  # a comment on the choice
+
+
+def dispatched_launch_edits(root: sx.Node, kernel: sx.Node, plan: LaunchPlan,
+                            dispatch: Dispatch) -> list[sx.Edit] | None:
+    """The edits turning every `kernel<<<...>>>(...);` statement into `if (small work)`
+    the copy with the launch as written `else` the kernel with the plan's grid and block;
+    None when a launch is not a statement of its own or cannot be changed."""
+    name = sx.fn_name(kernel)
+    launches = sx.launches(root, name)
+    if not launches or not _only_launched(root, name, len(launches)):
+        return None
+    src = root.text or b""
+    edits: list[sx.Edit] = []
+    for launch in launches:
+        edit = _dispatched(src, launch, kernel, plan, dispatch)
+        if edit is None:
+            return None
+        edits.append(edit)
+    bounds = next((c for c in kernel.children if c.type == "launch_bounds"), None)
+    if bounds is not None:  # the copy keeps the original's, from the text copied
+        edits.append((bounds.start_byte, bounds.end_byte,
+                      f"__launch_bounds__({plan.threads})".encode()))
+    return edits
+
+
+def _dispatched(src: bytes, launch: sx.Node, kernel: sx.Node, plan: LaunchPlan,
+                dispatch: Dispatch) -> sx.Edit | None:
+    call = launch.parent
+    statement = call.parent if call is not None else None
+    config, args = sx.named(launch), sx.launch_arguments(launch, kernel)
+    if call is None or statement is None or statement.type != "expression_statement" \
+            or len(config) < 2 or args is None or any(_side_effects(a) for a in args.values()):
+        return None
+    grid, chosen = plan.grid(args), dispatch.condition(args)
+    function = sx.field(call, "function")
+    callee = sx.field(function, "name") if function is not None \
+        and function.type == "template_function" else function
+    if grid is None or chosen is None or callee is None:
+        return None
+    base, text = call.start_byte, (call.text or b"")
+    small = sx.splice(text, [(callee.start_byte - base, callee.end_byte - base,
+                              dispatch.small.encode())]).decode()
+    tiled = sx.splice(text, [(config[0].start_byte - base, config[0].end_byte - base,
+                              grid.encode()),
+                             (config[1].start_byte - base, config[1].end_byte - base,
+                              plan.block.encode())]).decode()
+    work, condition = chosen
+    ind = sx.indent_at(src, statement)
+    lines = ["{", f"    {work}", f"    if ({condition}) {{  // {dispatch.why}",
+             f"        {small};", "    } else {", f"        {tiled};", "    }", "}"]
+    return statement.start_byte, statement.end_byte, ("\n" + ind).join(lines).encode()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kfbot.search.rewrites import syntax as sx
 from kfbot.search.rewrites.grid2d import Grid2D, grid2d, launch_bound, unit_variable
-from kfbot.search.rewrites.launch import LaunchPlan, kernel_launch_edits
+from kfbot.search.rewrites.launch import Condition, Dispatch, LaunchPlan, dispatched_launch_edits
 from kfbot.search.rewrites.syntax import Target
 
 _ZERO = ("0", "0.0", "0.f", "0.0f", "0.")
@@ -49,7 +49,7 @@ class _Matmul:
 
 @dataclass(frozen=True)
 class Tiling:
-    per_thread: int  # T: a thread's outputs are T x T
+    per_thread: int  # T: a thread's outputs are T x T, in groups of 4 x 4
     depth: int  # BK: values of k per shared-memory tile
 
     @property
@@ -57,8 +57,12 @@ class Tiling:
         return 16 * self.per_thread
 
 
-SMALL = Tiling(per_thread=4, depth=16)
+SMALL = Tiling(per_thread=4, depth=8)
 LARGE = Tiling(per_thread=8, depth=8)
+# At most this many multiply-adds (128 x 128 x 128), a launch takes a few microseconds
+# whichever kernel runs, and a tile per block leaves most of the GPU idle: measured on an
+# H200, 65 x 33 x 17 took 5.6 us one thread per output and 6.7 us with 64 x 64 tiles.
+SMALL_WORK = 2097152
 
 
 def register_tiling(source: str, target: Target) -> str | None:
@@ -88,12 +92,55 @@ def _rewrite(source: str, target: Target, tiling: Tiling) -> str | None:
         return (f"dim3((unsigned)(({cols}) + {t - 1}) / {t}, "
                 f"(unsigned)(({rows}) + {t - 1}) / {t})")
 
-    launch = kernel_launch_edits(root, kernel, LaunchPlan(grid, "dim3(16, 16)", 256))
-    if launch is None:
+    small = f"{target.kernel}_small"
+    launch = dispatched_launch_edits(root, kernel, LaunchPlan(grid, "dim3(16, 16)", 256),
+                                     Dispatch(small, _small_work(found), "too small to tile"))
+    if launch is None or small in sx.identifiers(root):
         return None
     body = _body(found, tiling, sx.indent_at(source.encode(), found.shape.first) or "    ")
-    edits = [(found.shape.first.start_byte, found.shape.last.end_byte, body.encode()), *launch]
+    edits = [(found.shape.first.start_byte, found.shape.last.end_byte, body.encode()),
+             _copy(kernel, small), *launch, *_bounded(kernel)]
     return sx.spliced(source.encode(), edits)
+
+
+def _small_work(m: _Matmul) -> Condition:
+    """The launch's multiply-adds (rows x columns x k) and the test for a small problem."""
+    def condition(args: dict[str, sx.Node]) -> tuple[str, str] | None:
+        sizes = [launch_bound(b, args) for b in
+                 (m.shape.var(m.row).bound, m.shape.var(m.col).bound, m.k_bound)]
+        if any(s is None for s in sizes):
+            return None
+        product = " * ".join(f"({s})" for s in sizes)
+        return (f"const long long kfbot_work = (long long){product};",
+                f"kfbot_work <= {SMALL_WORK}")
+    return condition
+
+
+def _bounded(kernel: sx.Node) -> list[sx.Edit]:
+    """`__launch_bounds__(256)` on the tiled kernel (a bound it had becomes 256 with the
+    launches): its 256 threads may use up to 255 registers each, for the T x T sums."""
+    if any(c.type == "launch_bounds" for c in kernel.children):
+        return []
+    decl = sx.field(kernel, "declarator")
+    return [] if decl is None else [(decl.start_byte, decl.start_byte,
+                                     b"__launch_bounds__(256) ")]
+
+
+def _copy(kernel: sx.Node, name: str) -> sx.Edit:
+    """The original kernel under `name`, put before it (its template, if any, with it)."""
+    top = kernel
+    while top.parent is not None and top.parent.type == "template_declaration":
+        top = top.parent
+    decl = sx.field(kernel, "declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = sx.field(decl, "declarator")
+    ident = sx.field(decl, "declarator")
+    assert ident is not None  # the kernel was found by this name
+    text = sx.splice(top.text or b"", [(ident.start_byte - top.start_byte,
+                                        ident.end_byte - top.start_byte, name.encode())])
+    comment = (f"// {sx.fn_name(kernel)} as it was: problems too small to fill the GPU with "
+               "tiles run it unchanged.\n")
+    return sx.insert_before_definition(kernel, comment + text.decode() + "\n\n")
 
 
 def _matmul(shape: Grid2D) -> _Matmul | None:
@@ -228,15 +275,19 @@ def _body(m: _Matmul, tiling: Tiling, ind: str) -> str:
     epilogue = m.epilogue.replace("\n", "\n            ")
     lines = [
         f"// A {n}x{n} tile of the output per block of 16x16 threads, {t}x{t} per thread",
-        "// (rows ty + 16 i, columns tx + 16 j); the operands go through shared memory",
-        f"// {bk} values of {m.k} at a time.",
-        f"__shared__ {m.acc_type} kfbot_As[{bk}][{n + 1}];  // +1: no bank conflicts",
-        f"__shared__ {m.acc_type} kfbot_Bs[{bk}][{n + 1}];",
+        "// in groups of 4 rows (ty * 4 + 64 g) and 4 columns (tx * 4 + 64 g), so each",
+        "// group is one 16-byte read of shared memory; the operands go through shared",
+        f"// memory {bk} values of {m.k} at a time.",
+        f"__shared__ __align__(16) {m.acc_type} kfbot_As[{bk}][{n + 4}];  // +4: no bank "
+        "conflicts on stores",
+        f"__shared__ __align__(16) {m.acc_type} kfbot_Bs[{bk}][{n + 4}];",
         "const int kfbot_tid = threadIdx.y * 16 + threadIdx.x;",
         f"const {row_t} kfbot_row0 = ({row_t})blockIdx.y * {n};",
         f"const {col_t} kfbot_col0 = ({col_t})blockIdx.x * {n};",
         f"{m.acc_type} kfbot_acc[{t}][{t}];",
+        "#pragma unroll",
         f"for (int kfbot_i = 0; kfbot_i < {t}; ++kfbot_i)",
+        "    #pragma unroll",
         f"    for (int kfbot_j = 0; kfbot_j < {t}; ++kfbot_j) kfbot_acc[kfbot_i][kfbot_j] = 0;",
         f"for ({m.k_type} kfbot_k0 = 0; kfbot_k0 < {m.k_bound}; kfbot_k0 += {bk}) {{",
         *a_load, *b_load,
@@ -244,10 +295,7 @@ def _body(m: _Matmul, tiling: Tiling, ind: str) -> str:
         "    #pragma unroll",
         f"    for (int kk = 0; kk < {bk}; ++kk) {{  // no user code in here: plain names",
         f"        {m.acc_type} a[{t}], b[{t}];",
-        "        #pragma unroll",
-        f"        for (int i = 0; i < {t}; ++i) a[i] = kfbot_As[kk][threadIdx.y + 16 * i];",
-        "        #pragma unroll",
-        f"        for (int j = 0; j < {t}; ++j) b[j] = kfbot_Bs[kk][threadIdx.x + 16 * j];",
+        *_fragment_reads(m.acc_type, t),
         "        #pragma unroll",
         f"        for (int i = 0; i < {t}; ++i)",
         "            #pragma unroll",
@@ -255,10 +303,14 @@ def _body(m: _Matmul, tiling: Tiling, ind: str) -> str:
         "    }",
         "    __syncthreads();",
         "}",
+        "#pragma unroll",
         f"for (int kfbot_i = 0; kfbot_i < {t}; ++kfbot_i) {{",
+        "    #pragma unroll",
         f"    for (int kfbot_j = 0; kfbot_j < {t}; ++kfbot_j) {{",
-        f"        const {row_t} {m.row} = kfbot_row0 + threadIdx.y + 16 * kfbot_i;",
-        f"        const {col_t} {m.col} = kfbot_col0 + threadIdx.x + 16 * kfbot_j;",
+        f"        const {row_t} {m.row} = kfbot_row0 + threadIdx.y * 4 + 64 * (kfbot_i / 4) "
+        "+ kfbot_i % 4;",
+        f"        const {col_t} {m.col} = kfbot_col0 + threadIdx.x * 4 + 64 * (kfbot_j / 4) "
+        "+ kfbot_j % 4;",
         f"        if ({m.row} < {row_b} && {m.col} < {col_b}) {{",
         f"            {m.acc_type} {m.acc} = kfbot_acc[kfbot_i][kfbot_j];",
         f"            {epilogue}",
@@ -269,19 +321,44 @@ def _body(m: _Matmul, tiling: Tiling, ind: str) -> str:
     return ("\n" + ind).join(lines)
 
 
+def _fragment_reads(elem: str, t: int) -> list[str]:
+    """A thread's values of a and b for one k: float4 reads of its groups of 4 (a double
+    is read one at a time, in the same places)."""
+    if elem != "float":
+        return ["        #pragma unroll",
+                f"        for (int i = 0; i < {t}; ++i) {{",
+                "            a[i] = kfbot_As[kk][threadIdx.y * 4 + 64 * (i / 4) + i % 4];",
+                "            b[i] = kfbot_Bs[kk][threadIdx.x * 4 + 64 * (i / 4) + i % 4];",
+                "        }"]
+    return ["        #pragma unroll",
+            f"        for (int g = 0; g < {t // 4}; ++g) {{",
+            "            const float4 va = *reinterpret_cast<const float4*>("
+            "&kfbot_As[kk][threadIdx.y * 4 + 64 * g]);",
+            "            const float4 vb = *reinterpret_cast<const float4*>("
+            "&kfbot_Bs[kk][threadIdx.x * 4 + 64 * g]);",
+            "            a[4 * g] = va.x; a[4 * g + 1] = va.y; a[4 * g + 2] = va.z; "
+            "a[4 * g + 3] = va.w;",
+            "            b[4 * g] = vb.x; b[4 * g + 1] = vb.y; b[4 * g + 2] = vb.z; "
+            "b[4 * g + 3] = vb.w;",
+            "        }"]
+
+
 def _tile_load(tile: str, expr: str, outer: tuple[str, str, str], k: str, k_type: str,
                k_fast: bool, n: int, bk: int, outer_bound: str, k_bound: str, elem: str
                ) -> list[str]:
     """Lines loading a BK x N tile: the element (outer o, k kk) of the tile evaluates the
     user's operand with its variables bound; consecutive threads take consecutive
-    elements of the operand's contiguous index."""
+    elements of the operand's contiguous index. With rows of N + 4 and BK = 8, the 32
+    stores of a warp fall in 32 different banks either way."""
     name, type_, origin = outer
     if k_fast:
         split = [f"const int kfbot_kk = kfbot_e % {bk}, kfbot_o = kfbot_e / {bk};"]
     else:
         split = [f"const int kfbot_o = kfbot_e % {n}, kfbot_kk = kfbot_e / {n};"]
     return [
-        f"    for (int kfbot_e = kfbot_tid; kfbot_e < {n * bk}; kfbot_e += 256) {{",
+        "    #pragma unroll",
+        f"    for (int kfbot_e0 = 0; kfbot_e0 < {n * bk}; kfbot_e0 += 256) {{",
+        "        const int kfbot_e = kfbot_e0 + kfbot_tid;",
         *(f"        {s}" for s in split),
         f"        const {type_} {name} = {origin} + kfbot_o;",
         f"        const {k_type} {k} = kfbot_k0 + kfbot_kk;",
