@@ -28,6 +28,7 @@ from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
 from kfbot.search.rewrites import Target, load_library, recognise, worked_examples
 from kfbot.search.rewrites.registry import SOURCE_REWRITES
+from kfbot.search.rewrites.rows import row_map_per_block
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = load_library()
@@ -47,7 +48,8 @@ def test_the_shipped_library() -> None:
     assert {e.id: e.kernel_class for e in LIBRARY.experts} == {
         "vectorize-float4": "elementwise", "matmul-register-tiling": "matmul",
         "matmul-register-tiling-large": "matmul", "warp-per-row": "row-reduction",
-        "block-per-row": "row-reduction", "tiled-transpose": "transpose"}
+        "block-per-row": "row-reduction", "tiled-transpose": "transpose",
+        "row-map-per-block": "elementwise"}
 
 
 @pytest.mark.parametrize("expert", LIBRARY.experts, ids=lambda e: e.id)
@@ -144,6 +146,17 @@ def test_recognised_with_confidence_or_by_signs() -> None:
     [likely] = recognise(softmax, Target("softmax_kernel", launched_elsewhere=True), LIBRARY)
     assert likely.kernel_class == "row-reduction" and not likely.confident
     assert likely.evidence == "a loop accumulates m over a row"
+    # a map written as a loop over each row: elementwise, and the row rewrites apply to it
+    gelu = (ROOT / "fixtures/naive_elementwise/csrc/gelu.cu").read_text()
+    found = recognise(gelu, Target("gelu_kernel"), LIBRARY)
+    assert [(r.kernel_class, r.confident) for r in found] == [("row-reduction", True),
+                                                              ("elementwise", True)]
+    assert found[1].evidence == "row-map-per-block apply"
+    [likely] = recognise(gelu, Target("gelu_kernel", launched_elsewhere=True), LIBRARY)
+    assert likely.kernel_class == "elementwise" and not likely.confident
+    assert likely.evidence == "a thread maps a row's elements one by one in a loop"
+    # a reduction is not a map: the elementwise rewrite stays off it
+    assert row_map_per_block(softmax, Target("softmax_kernel")) is None
     tiled = (ROOT / "fixtures/example/csrc/matmul.cu").read_text()
     [mm] = recognise(tiled, Target("matmul_kernel"), LIBRARY)
     assert mm.kernel_class == "matmul" and not mm.confident

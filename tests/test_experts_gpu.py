@@ -31,7 +31,8 @@ KERNELS = {  # kernel -> fixture
     "softmax_kernel": "naive_rows", "log_softmax_kernel": "naive_rows",
     "layer_norm_kernel": "naive_rows", "rms_norm_kernel": "naive_rows",
     "row_mean_kernel": "naive_rows", "row_max_kernel": "naive_rows",
-    "silu_kernel": "naive_elementwise", "matmul_kernel": "naive_matmul",
+    "silu_kernel": "naive_elementwise", "gelu_kernel": "naive_elementwise",
+    "matmul_kernel": "naive_matmul",
     "transpose_kernel": "naive_transpose",
 }
 EXPERTS = {e.id for e in load_library().experts}

@@ -28,6 +28,8 @@ EXPECTED = {
     "row_mean_kernel": ("naive_rows", ["warp-per-row", "block-per-row"]),
     "row_max_kernel": ("naive_rows", ["warp-per-row", "block-per-row"]),
     "silu_kernel": ("naive_elementwise", ["vectorize-float4"]),
+    "gelu_kernel": ("naive_elementwise", ["row-map-per-block", "warp-per-row",
+                                          "block-per-row"]),
     "matmul_kernel": ("naive_matmul", ["matmul-register-tiling",
                                        "matmul-register-tiling-large"]),
     "transpose_kernel": ("naive_transpose", ["tiled-transpose"]),

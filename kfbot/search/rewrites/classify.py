@@ -57,6 +57,9 @@ def _row_sign(fn: sx.Node) -> str | None:
 
 
 def _elementwise_sign(fn: sx.Node) -> str | None:
+    loops = [column_loop(n) for n in sx.walk(fn) if n.type == "for_statement"]
+    if loops and all(loop is not None and not loop.accumulators for loop in loops):
+        return "a thread maps a row's elements one by one in a loop"
     return "one element per thread under `if (i < n)`" if elementwise_shape(fn) else None
 
 

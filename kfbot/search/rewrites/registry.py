@@ -15,7 +15,7 @@ from kfbot.search.rewrites.fastmath import fast_math_flags, fast_math_intrinsics
 from kfbot.search.rewrites.matmul import register_tiling, register_tiling_large
 from kfbot.search.rewrites.qualifiers import launch_bounds, restrict_pointers, unroll_constant_loops
 from kfbot.search.rewrites.reduction import warp_shuffle_reduction
-from kfbot.search.rewrites.rows import block_per_row, warp_per_row
+from kfbot.search.rewrites.rows import block_per_row, row_map_per_block, warp_per_row
 from kfbot.search.rewrites.syntax import Target
 from kfbot.search.rewrites.transpose import tiled_transpose
 
@@ -32,6 +32,7 @@ SOURCE_REWRITES: dict[str, SourceRewrite] = {
     "fast_math_intrinsics": fast_math_intrinsics,
     "warp_per_row": warp_per_row,
     "block_per_row": block_per_row,
+    "row_map_per_block": row_map_per_block,
     "register_tiling": register_tiling,
     "register_tiling_large": register_tiling_large,
     "tiled_transpose": tiled_transpose,

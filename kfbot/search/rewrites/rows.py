@@ -69,6 +69,17 @@ def block_per_row(source: str, target: Target) -> str | None:
     return _rewrite(source, target, _BLOCK)
 
 
+def row_map_per_block(source: str, target: Target) -> str | None:
+    """block-per-row for a thread-per-row kernel with no accumulator at all: an
+    elementwise map written as a loop over each row's columns (the elementwise class's
+    form of the same rewrite, so that a reduction is not taken for a map)."""
+    found = sx.sole_kernel(source, target)
+    shape = row_kernel(found[1]) if found is not None else None
+    if shape is None or any(loop.accumulators for loop in shape.loops):
+        return None
+    return block_per_row(source, target)
+
+
 def _rewrite(source: str, target: Target, split: _Split) -> str | None:
     found_kernel = sx.sole_kernel(source, target)
     if found_kernel is None:
