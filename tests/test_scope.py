@@ -111,3 +111,25 @@ def test_the_rules_mutator_on_a_two_kernel_file_touches_one() -> None:
             after = definitions([("k.cu", cand.files.get("k.cu", SOURCE))])
             new_other = after.functions[other][0][1].text
             assert new_other == before.functions[other][0][1].text, cand.rationale
+
+
+def test_file_level_constants_belong_to_their_file() -> None:
+    # Two .cu files of one build each define kBlock: two constants. A header's constant
+    # is one, seen by every file that includes it.
+    silu = ("constexpr int kBlock = 128;\n"
+            "__global__ void silu_kernel(float* y, int n) {\n"
+            "    int i = blockIdx.x * kBlock + threadIdx.x;\n"
+            "    if (i < n) y[i] = TILE * y[i];\n}\n")
+    gelu = ("__global__ void gelu_kernel(float* y, int n) {\n"
+            "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    if (i < n) y[i] = TILE * y[i] + 1.0f;\n}\n")
+    header = "#define TILE 2\n"
+    before = definitions([("silu.cu", silu), ("gelu.cu", gelu), ("common.cuh", header)])
+    mine = gelu.replace("__global__", "constexpr int kBlock = 256;\n__global__")
+    after = definitions([("silu.cu", silu), ("gelu.cu", mine), ("common.cuh", header)])
+    assert out_of_scope(before, after, "gelu_kernel") == []
+    shared = definitions([("silu.cu", silu), ("gelu.cu", gelu), ("common.cuh", "#define TILE 4\n")])
+    assert [f.line() for f in out_of_scope(before, shared, "gelu_kernel")] == [
+        "[edit-scope] changes definition TILE, which silu_kernel uses too: only gelu_kernel "
+        "is verified, so code it shares with another kernel must stay as it is "
+        "(common.cuh:1)"]

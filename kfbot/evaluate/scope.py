@@ -1,12 +1,15 @@
 """What a candidate may change: the task's kernel, the device functions only it calls, and
-the host code that launches it; never another kernel, nor code another kernel uses.
+the host code that launches it; never another kernel, nor code another kernel uses
+unless that kernel's op is verified too.
 
 Only the task's op is verified, so a change that reaches another kernel (its body, a
 device function it calls, a constant or macro its code or its launch reads, the
-launch itself) would ship unverified. `scope_findings` compares the candidate's units
-with the original's and rejects such a change, naming what changed and which kernel
-it reaches. Code is compared as tokens (comments and spacing ignored), so a candidate
-that only re-indents a neighbour is not rejected.
+launch itself) would ship unverified. `reaches` compares the candidate's units with
+the original's and names each such change and the kernel it reaches; `scope_findings`
+rejects them. A change to code the task's kernel shares with another (`Reached.shared`)
+may stand when the other kernel's op is verified with it (`evaluate/neighbours.py`).
+Code is compared as tokens (comments and spacing ignored), so a candidate that only
+re-indents a neighbour is not rejected.
 
 The call graph is read with tree-sitter: a function reaches every function it calls
 by name (overloads and templates are one name), transitively.
@@ -28,6 +31,8 @@ Node = tsx.Node
 CHECK = "edit-scope"
 _CALL = "(call_expression function: (_) @callee)"
 _LAUNCH = "(call_expression function: (_) @f (kernel_call_syntax)) @call"
+# Files compiled on their own; anything else (a header) is included where it is used.
+_TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
 
 @dataclass
@@ -108,58 +113,102 @@ def shared_names(task: KernelTask) -> set[str]:
     kernel = _last(task.kernel_name)
     out: set[str] = set()
     for other in defs.kernels - {kernel}:
-        out |= defs.reachable(other) | _used_globals(defs, other)
+        out |= defs.reachable(other) | {name for _, name in _used_globals(defs, other)}
     return out
+
+
+@dataclass(frozen=True)
+class Reached:
+    """One change of a candidate that reaches a kernel other than the task's."""
+
+    what: str  # "kernel", "device function", "the launch of" or "definition"
+    name: str  # what changed
+    other: str  # the other kernel it reaches
+    kernel: str  # the task's kernel
+    shared: bool  # the task's kernel uses it too: a change to shared code
+    evidence: str  # file:line of the change, or "removed"
+
+    def finding(self, verified: bool = False) -> Finding:
+        """A strict finding; with `verified`, a warning saying the other op is verified."""
+        if verified:
+            reason = (f"changes {self.what} {self.name}, which {self.other} uses too: "
+                      f"{self.other}'s op is verified against its reference as well")
+            return Finding(CHECK, "static", "warn", reason, self.evidence)
+        if self.shared:
+            reason = (f"changes {self.what} {self.name}, which {self.other} uses too: only "
+                      f"{self.kernel} is verified, so code it shares with another kernel "
+                      "must stay as it is")
+        else:
+            reason = (f"changes {self.what} {self.name}, which only {self.other} uses; this "
+                      f"task verifies {self.kernel}")
+        return Finding(CHECK, "static", "strict", reason, self.evidence)
 
 
 def scope_findings(task: KernelTask, candidate: Candidate) -> list[Finding]:
     """A strict finding for each change that reaches a kernel other than the task's."""
+    return _unique([r.finding() for r in reaches(task, candidate)])
+
+
+def reaches(task: KernelTask, candidate: Candidate) -> list[Reached]:
+    """Each change of the candidate that reaches a kernel other than the task's."""
     if not candidate.files:
         return []
     before = definitions((s.path, s.text) for s in units(task, {}))
     after = definitions((s.path, s.text) for s in units(task, candidate.files))
-    return out_of_scope(before, after, _last(task.kernel_name))
+    return reached(before, after, _last(task.kernel_name))
 
 
 def out_of_scope(before: Definitions, after: Definitions, kernel: str) -> list[Finding]:
+    return _unique([r.finding() for r in reached(before, after, kernel)])
+
+
+def reached(before: Definitions, after: Definitions, kernel: str) -> list[Reached]:
     if kernel not in before.kernels:
         return []
-    mine = before.reachable(kernel) | _used_globals(before, kernel)
-    found: list[Finding] = []
+    mine_functions = before.reachable(kernel)
+    mine_globals = _used_globals(before, kernel)
+    found: list[Reached] = []
     for other in sorted(before.kernels - {kernel}):
         for name in sorted(before.reachable(other)):
             if _tokens(before.functions.get(name, [])) != _tokens(after.functions.get(name, [])):
                 what = "kernel" if name == other else "device function"
-                found.append(_finding(what, name, other, kernel, name in mine,
-                                      after.functions.get(name, [])))
+                found.append(Reached(what, name, other, kernel, name in mine_functions,
+                                     _where(after.functions.get(name, []))))
         if _tokens(before.launches.get(other, [])) != _tokens(after.launches.get(other, [])):
-            found.append(_finding("the launch of", other, other, kernel, False,
-                                  after.launches.get(other, [])))
-        for name in sorted(_used_globals(before, other)):
-            if _tokens(before.globals[name]) != _tokens(after.globals.get(name, [])):
-                found.append(_finding("definition", name, other, kernel, name in mine,
-                                      after.globals.get(name, [])))
-    return _unique(found)
+            found.append(Reached("the launch of", other, other, kernel, False,
+                                 _where(after.launches.get(other, []))))
+        for path, name in sorted(_used_globals(before, other)):
+            if _tokens(_in(before.globals[name], path)) != \
+                    _tokens(_in(after.globals.get(name, []), path)):
+                found.append(Reached("definition", name, other, kernel,
+                                     (path, name) in mine_globals,
+                                     _where(_in(after.globals.get(name, []), path))))
+    return found
 
 
-def _used_globals(defs: Definitions, kernel: str) -> set[str]:
-    """Macros and top-level constants read by `kernel`, what it calls, or its launches."""
-    nodes = [fn for name in defs.reachable(kernel) for _, fn in defs.functions[name]]
-    nodes += [call for _, call in defs.launches.get(kernel, [])]
-    used = {tsx.text(n) for node in nodes for n in _walk(node)
-            if n.type in ("identifier", "type_identifier")}
-    return used & set(defs.globals)
+def _used_globals(defs: Definitions, kernel: str) -> set[tuple[str, str]]:
+    """(file, name) of the macros and top-level constants read by `kernel`, what it
+    calls, or its launches. A use reads a definition in its own file or in a header: two
+    `.cu` files that each define `kBlock` define two constants."""
+    nodes = [(path, fn) for name in defs.reachable(kernel) for path, fn in defs.functions[name]]
+    nodes += defs.launches.get(kernel, [])
+    used: set[tuple[str, str]] = set()
+    for path, node in nodes:
+        for n in _walk(node):
+            if n.type not in ("identifier", "type_identifier"):
+                continue
+            name = tsx.text(n)
+            used |= {(where, name) for where, _ in defs.globals.get(name, ())
+                     if where == path or not where.endswith(_TRANSLATION_UNITS)}
+    return used
 
 
-def _finding(what: str, name: str, other: str, kernel: str, shared: bool,
-             where: Sequence[tuple[str, Node]]) -> Finding:
-    if shared:
-        reason = (f"changes {what} {name}, which {other} uses too: only {kernel} is verified, "
-                  "so code it shares with another kernel must stay as it is")
-    else:
-        reason = f"changes {what} {name}, which only {other} uses; this task verifies {kernel}"
-    evidence = f"{where[0][0]}:{tsx.line(where[0][1])}" if where else "removed"
-    return Finding(CHECK, "static", "strict", reason, evidence)
+def _in(items: Sequence[tuple[str, Node]], path: str) -> list[tuple[str, Node]]:
+    return [(where, node) for where, node in items if where == path]
+
+
+def _where(items: Sequence[tuple[str, Node]]) -> str:
+    return f"{items[0][0]}:{tsx.line(items[0][1])}" if items else "removed"
 
 
 def _unique(found: list[Finding]) -> list[Finding]:
