@@ -347,7 +347,8 @@ def require_gpu(root: Path, gpu: int | None) -> None:
 def task_for(ctx: Context, spec: str) -> KernelTask:
     """The task of the kernel `spec` names; an unknown name lists the close ones."""
     config = ctx.config()
-    return make_task(select_kernel(scan(ctx.root, config).kernels, spec), ctx.root, config)
+    kernels = scan(ctx.root, config).kernels
+    return make_task(select_kernel(kernels, spec), ctx.root, config, kernels)
 
 
 def _engine(ctx: Context, task: KernelTask) -> Engine:

@@ -39,7 +39,7 @@ def kernel_task(args: argparse.Namespace) -> KernelTask:
     config = load_config(args.config, root)
     report = scan(root, config)
     kernel = select_kernel(report.kernels, args.kernel)
-    task = make_task(kernel, root, config)
+    task = make_task(kernel, root, config, report.kernels)
     log.info("%s: editable files %s; build %s", task.kernel_id, ", ".join(task.editable_files),
              task.build.kind if task.build is not None else "none found")
     return task

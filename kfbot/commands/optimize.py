@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:
-        task = make_task(kernel, root, config)
+        task = make_task(kernel, root, config, kernels)
         with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
             worst = max(worst, _one(task, settings, args, console, gpus))
     return worst

@@ -42,10 +42,11 @@ from kfbot.evaluate.evaluation import (
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
 from kfbot.evaluate.repository_build import staged_modules
-from kfbot.evaluate.scope import scope_findings
+from kfbot.evaluate.scope import reaches
 from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.task import KernelTask
@@ -96,6 +97,10 @@ class Engine:
         self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
+        # The other ops of the build, verified with a candidate that changes code their
+        # kernels share with the task's; by candidate, the kernels it must pass for.
+        self.neighbours = Neighbours(task.neighbours, self._neighbour)
+        self._shared: dict[str, tuple[str, ...]] = {}
 
     def __enter__(self) -> Engine:
         return self
@@ -103,7 +108,11 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
+        self.neighbours.close()
         self.prep.close()
+
+    def _neighbour(self, task: KernelTask) -> Engine:
+        return Engine(replace(task, neighbours=()), self.settings, builder=self.builder)
 
     # --- the GPU ---------------------------------------------------------------------
 
@@ -254,7 +263,15 @@ class Engine:
         if not self.settings.static_checks or candidate.hash == ORIGINAL.hash:
             return []
         found = static_findings(static_input(self.task, candidate, self._op_dtypes()))
-        return [*found, *scope_findings(self.task, candidate)]
+        return [*found, *self._scope(candidate)]
+
+    def _scope(self, candidate: Candidate) -> list[Finding]:
+        """Changes that reach other kernels: rejected, unless they are to code shared with
+        a kernel whose op is verified with the candidate after the task's own."""
+        scope = self.neighbours.scope(reaches(self.task, candidate))
+        if scope.verify:
+            self._shared[candidate.hash] = scope.verify
+        return list(scope.findings)
 
     def _op_dtypes(self) -> list[str]:
         sigs = self.prep.captured().signatures if self.prep.has_captured else ()
@@ -302,7 +319,15 @@ class Engine:
             )
         result = self._run(candidate, built, bench=bench)
         result = replace(result, findings=(*findings, *result.findings))
+        shared = self._shared.get(candidate.hash)
+        if result.ok and shared:
+            result = self.neighbours.verify(candidate, shared, result, bench)
         return _with_times(result, built.seconds, time.monotonic() - started)
+
+    def evaluate_shared(self, candidate: Candidate, bench: bool = True) -> Evaluation:
+        """This op against its reference with a candidate made for another op of the same
+        build (the static checks are that op's): see `neighbours.py`."""
+        return self.evaluate(candidate, bench, prepared=Prepared((), self.build(candidate)))
 
     def adequacy(self) -> Adequacy | None:
         """Does the repository's own test reject trivial mutants of the op? Cached while

@@ -103,7 +103,8 @@ def _apply(tree: Path, request: Request) -> None:
 
 def _task(root: Path, request: Request) -> KernelTask:
     config = load_config(None, root)
-    return make_task(select_kernel(scan(root, config).kernels, request.kernel_id), root, config)
+    kernels = scan(root, config).kernels
+    return make_task(select_kernel(kernels, request.kernel_id), root, config, kernels)
 
 
 def _built(engine: Engine, what: str, tag: str) -> BuildResult:

@@ -7,7 +7,7 @@ finalist check, and the task's tolerances.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -57,9 +57,15 @@ class KernelTask:
     in_place: bool = False
     flops: str | None = None  # FLOPs of one call, an expression over `args` (config)
     tunables: tuple[Tunable, ...] = ()  # the numbers the search may change
+    # The other kernels of the build that have an op to verify: a candidate that changes
+    # code shared with one of them must pass that op too (evaluate/neighbours.py).
+    neighbours: tuple[KernelTask, ...] = ()
 
 
-def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
+def make_task(kernel: Kernel, root: Path, config: Config,
+              others: Sequence[Kernel] = ()) -> KernelTask:
+    """The task of optimizing `kernel`; `others`, the rest of the scan's kernels, give it
+    its neighbours (the kernels of its build that have a reference to verify against)."""
     _check_sources(root, kernel.editable_files)
     task_cfg = next((t for t in config.tasks if t.name == kernel.task), None)
     build = _build(kernel)
@@ -84,7 +90,26 @@ def make_task(kernel: Kernel, root: Path, config: Config) -> KernelTask:
         in_place=task_cfg.in_place if task_cfg else False,
         flops=task_cfg.flops if task_cfg else None,
         tunables=kernel.tunables,
+        neighbours=_neighbours(kernel, build, others, root, config),
     )
+
+
+def _neighbours(kernel: Kernel, build: BuildRecipe, others: Sequence[Kernel], root: Path,
+                config: Config) -> tuple[KernelTask, ...]:
+    """The tasks of the other kernels defined in the files this kernel's build compiles
+    or a candidate may edit: the ones a change to shared code can reach. A kernel with no
+    reference, or no task (no build or binding found), has none and is left out: a
+    change that reaches it is rejected."""
+    files = {*build.sources, *kernel.editable_files}
+    out = []
+    for other in others:
+        if other.id == kernel.id or other.file not in files or not other.references:
+            continue
+        try:
+            out.append(make_task(other, root, config))
+        except KfbotError:
+            continue  # no task: its kernel stays out of reach (see the docstring)
+    return tuple(out)
 
 
 def _check_sources(root: Path, editable: tuple[str, ...]) -> None:
