@@ -12,8 +12,9 @@ import pytest
 
 from kfbot.config import Config
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.engine import Engine, EngineSettings
-from kfbot.evaluate.inputs import literal_signatures
+from kfbot.evaluate.engine import Engine, EngineSettings, _unverified_sizes
+from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.inputs import COMPARED_SIZE, literal_signatures
 from kfbot.evaluate.signature import CallSignature, TensorSpec
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
@@ -70,3 +71,23 @@ def test_an_honest_dispatch_is_a_warning_verified_either_side(engine: Engine) ->
         ("size-literal", "warn")]
     assert engine.compared_sizes(honest) == (1023, 1024, 1025)
     assert engine.compared_sizes(Candidate()) == ()
+
+
+def test_sizes_too_large_to_verify_are_said_not_promised() -> None:
+    # The matmul rewrite keeps small problems on the original kernel when
+    # `rows * cols * k <= 2097152`: no input with a dimension that large fits, so the
+    # report says the comparison was not verified there.
+    a = TensorSpec((1024, 1024), "float32", (1024, 1), True, "cuda", -3.0, 3.0, 0.0, std=1.0)
+    captured = CallSignature("mm.matmul", (a, a))
+    sizes = (2097151, 2097152, 2097153)
+    assert literal_signatures(captured, sizes) == []
+    done = Evaluation("c", "done", True, "correct on 49 checks")
+    said = _unverified_sizes(done, sizes, ["(1024, 1024) x (1024, 1024) float32 seed#0"])
+    [finding] = said.findings
+    assert (finding.check, finding.layer, finding.severity) == ("size-literal", "runtime",
+                                                                 "warn")
+    assert finding.reason.startswith("not verified at the sizes the candidate compares with "
+                                     "(2097151, 2097152, 2097153)")
+    ran = [f"{COMPARED_SIZE} (1023, 1000)", "(128, 1000) float32 seed#0"]
+    assert _unverified_sizes(done, (1023, 1024), ran) == done
+    assert _unverified_sizes(done, (), ["x"]) == done

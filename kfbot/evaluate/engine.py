@@ -42,6 +42,7 @@ from kfbot.evaluate.evaluation import (
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.inputs import COMPARED_SIZE
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
@@ -387,6 +388,7 @@ class Engine:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        result = _unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
         # This process's share beside the worker's own phases: a GPU that waits on its
@@ -543,6 +545,20 @@ def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> E
     return failed(
         digest, "runtime", job.reason, [*resources, *([diag] if diag is not None else [])]
     )
+
+
+def _unverified_sizes(result: Evaluation, sizes: Sequence[int],
+                      inputs: Sequence[str]) -> Evaluation:
+    """A candidate that compares a size with a number is verified at that number where
+    inputs of that size fit; where none did, its report says so rather than let the
+    `size-literal` warning promise a check that did not run."""
+    if not sizes or any(label.startswith(COMPARED_SIZE) for label in inputs):
+        return result
+    said = ", ".join(str(v) for v in sizes)
+    return replace(result, findings=(*result.findings, Finding(
+        "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
+        f"with ({said}): inputs with a dimension that large exceed the verification limit",
+        f"verified on {len(inputs)} other input sets")))
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:

@@ -210,6 +210,8 @@ SCALES = (2, 4)
 # so it must stay cheap (a naive matmul's work grows with the cube of its sizes).
 MAX_BEYOND_ELEMENTS = 1 << 25
 MAX_LITERAL_VARIANTS = 12
+# The label of an input set made by `literal_signatures`: the engine looks for it.
+COMPARED_SIZE = "compared size"
 
 
 def lead_size(sig: CallSignature) -> int | None:

@@ -43,6 +43,7 @@ from kfbot.evaluate.device.verify import (
     verify,
 )
 from kfbot.evaluate.inputs import (
+    COMPARED_SIZE,
     edge_signatures,
     large_signature,
     literal_signatures,
@@ -372,7 +373,7 @@ def _beyond_sets(signatures: Sequence[CallSignature], seed: int, sizes: Sequence
     large = large_signature(signatures[0]) if signatures else None
     wanted += [("large", large)] if large is not None else []
     for sig in signatures[:2]:
-        wanted += [("compared size", v) for v in literal_signatures(sig, tuple(sizes))]
+        wanted += [(COMPARED_SIZE, v) for v in literal_signatures(sig, tuple(sizes))]
     out: list[InputSet] = []
     for what, sig in wanted:
         label = f"{what} {_shape_label(sig)}"
