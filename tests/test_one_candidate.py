@@ -28,7 +28,7 @@ from kfbot.search.executor import ReplayExecutor
 from kfbot.search.mutators import Mutators
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import read_record
-from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, optimize
+from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, headline, lineage, optimize
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
 SHAPES = ((4096, 1024), (7, 33))
@@ -153,3 +153,21 @@ def test_the_lesson_and_the_branch_are_of_the_committed_candidate(run: Any) -> N
     assert f"Candidate: {committed.hash}" in message and "1.10x faster" in message
     shown = _git(task.root, "show", f"{branch}:csrc/softmax.cu")
     assert shown == committed.files["csrc/softmax.cu"].rstrip("\n")
+
+
+def test_a_chain_of_changes_is_credited_as_a_whole() -> None:
+    # A tuned tiled kernel owes its speed to the tiling: the lesson and the headline
+    # name every change from the original, not only the last one.
+    tiled = Candidate(files={"k.cu": "tiled"}, origin="rules", parent=ORIGINAL.hash,
+                      rationale="matmul-register-tiling: 64x64 tiles")
+    tuned = Candidate(files={"k.cu": "tiled, restrict"}, origin="rules", parent=tiled.hash,
+                      rationale="restrict-pointers: add __restrict__")
+    known = {c.hash: c for c in (tiled, tuned)}
+    assert lineage(tuned, known) == ("matmul-register-tiling: 64x64 tiles",
+                                     "restrict-pointers: add __restrict__")
+    assert lineage(tiled, known) == ("matmul-register-tiling: 64x64 tiles",)
+    ev = Evaluation(tuned.hash, "done", True, "correct")
+    line = headline(make_task(select_kernel(scan(EXAMPLE, Config()).kernels, "softmax_kernel"),
+                              EXAMPLE, Config()), (ev, tuned), None, lineage(tuned, known))
+    assert "(rules: restrict-pointers: add __restrict__; from the original by " \
+           "matmul-register-tiling then restrict-pointers)" in line

@@ -138,6 +138,9 @@ class OptimizeOutcome:
     confirmation: Confirmed | None = None
     # Nothing committed: why the fastest correct candidate could not be (see `near_miss`).
     near_miss: str | None = None
+    # The changes that led from the original to the committed candidate, first to last
+    # (the candidate's own rationale is the last): what its speedup is owed to.
+    lineage: tuple[str, ...] = ()
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -200,9 +203,24 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                               near_miss=None if committed else near_miss(evaluations,
                                                                          mut.candidates),
                               needs_parameters=needs_parameters(task, evaluations,
-                                                                mut.candidates, committed))
+                                                                mut.candidates, committed),
+                              lineage=lineage(committed[1], mut.candidates) if committed
+                              else ())
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:
+    """The rationales of the candidate's ancestors and its own, the original's first
+    child first: a tuned register-tiled kernel owes its speed to the tiling too."""
+    chain: list[str] = []
+    seen: set[str] = set()
+    current: Candidate | None = cand
+    while current is not None and current.hash not in seen and current.origin != "original":
+        seen.add(current.hash)
+        chain.append(current.rationale or f"{current.origin} change")
+        current = candidates.get(current.parent or "")
+    return tuple(reversed(chain))
 
 
 def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.Random,
@@ -273,7 +291,7 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
 
 
 def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
-             missed: str | None = None) -> str:
+             missed: str | None = None, lineage: Sequence[str] = ()) -> str:
     """The report's first line of results: the committed candidate and its numbers."""
     if committed is None:
         return ("**Nothing committed: no candidate that changes files only was correct and "
@@ -281,16 +299,18 @@ def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
                 + (f" Closest: {missed}." if missed else ""))
     ev, cand = committed
     review = " It needs a person's review (see the flags below)." if ev.needs_review else ""
+    steps = [step.split(":", 1)[0] for step in lineage]
+    path = f"; from the original by {' then '.join(steps)}" if len(steps) > 1 else ""
     return (f"**Committed candidate `{cand.short}`** ({cand.origin}: "
-            f"{cand.rationale or 'no rationale'}): every number below is of this candidate, "
-            f"and `{PATCH}` holds exactly its files.{review}")
+            f"{cand.rationale or 'no rationale'}{path}): every number below is of this "
+            f"candidate, and `{PATCH}` holds exactly its files.{review}")
 
 
 def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
               patch: str | None) -> str:
     lines = [f"# kfbot optimize: {task.kernel_id}", "",
              f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
-             headline(task, outcome.committed, outcome.near_miss), ""]
+             headline(task, outcome.committed, outcome.near_miss, outcome.lineage), ""]
     lines += _confirmation_lines(outcome.confirmation)
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
@@ -397,7 +417,8 @@ def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
         if cand.origin in ("params", "rules", "llm"):
             gpu = str(ev.environment.get("gpu", "unknown GPU"))
             verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
-            found.append(Lesson(task.kernel_id, gpu, cand.rationale or "best candidate",
+            change = " then ".join(outcome.lineage) or cand.rationale or "best candidate"
+            found.append(Lesson(task.kernel_id, gpu, change,
                                 cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
                                 datetime.date.today().isoformat(),
                                 (f"candidate-{cand.short}",)))
