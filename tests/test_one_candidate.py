@@ -28,7 +28,14 @@ from kfbot.search.executor import ReplayExecutor
 from kfbot.search.mutators import Mutators
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import read_record
-from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, headline, lineage, optimize
+from kfbot.search.runner import (
+    OptimizeOutcome,
+    OptimizeSettings,
+    credited,
+    headline,
+    lineage,
+    optimize,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
 SHAPES = ((4096, 1024), (7, 33))
@@ -166,6 +173,12 @@ def test_a_chain_of_changes_is_credited_as_a_whole() -> None:
     assert lineage(tuned, known) == ("matmul-register-tiling: 64x64 tiles",
                                      "restrict-pointers: add __restrict__")
     assert lineage(tiled, known) == ("matmul-register-tiling: 64x64 tiles",)
+    assert credited(lineage(tuned, known)) == ("restrict-pointers: add __restrict__ (after "
+                                               "matmul-register-tiling)")
+    # a params point at the original's values has the original's hash: the chain stops
+    same = Candidate(origin="params", rationale="params: BLOCK=16")
+    assert same.hash == ORIGINAL.hash
+    assert lineage(tiled, {**known, same.hash: same}) == lineage(tiled, known)
     ev = Evaluation(tuned.hash, "done", True, "correct")
     line = headline(make_task(select_kernel(scan(EXAMPLE, Config()).kernels, "softmax_kernel"),
                               EXAMPLE, Config()), (ev, tuned), None, lineage(tuned, known))

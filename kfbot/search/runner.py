@@ -216,11 +216,21 @@ def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, 
     chain: list[str] = []
     seen: set[str] = set()
     current: Candidate | None = cand
-    while current is not None and current.hash not in seen and current.origin != "original":
+    # A params point equal to the original's values is the original itself: stop there.
+    while current is not None and current.hash not in seen and current.hash != ORIGINAL.hash:
         seen.add(current.hash)
         chain.append(current.rationale or f"{current.origin} change")
         current = candidates.get(current.parent or "")
     return tuple(reversed(chain))
+
+
+def credited(lineage: Sequence[str]) -> str:
+    """A lesson's change: the last step as written, then the steps before it by id."""
+    if not lineage:
+        return ""
+    before = [step.split(":", 1)[0] if not step.startswith("params:") else step
+              for step in lineage[:-1]]
+    return lineage[-1] + (f" (after {', '.join(before)})" if before else "")
 
 
 def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.Random,
@@ -417,7 +427,7 @@ def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
         if cand.origin in ("params", "rules", "llm"):
             gpu = str(ev.environment.get("gpu", "unknown GPU"))
             verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
-            change = " then ".join(outcome.lineage) or cand.rationale or "best candidate"
+            change = credited(outcome.lineage) or cand.rationale or "best candidate"
             found.append(Lesson(task.kernel_id, gpu, change,
                                 cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
                                 datetime.date.today().isoformat(),
