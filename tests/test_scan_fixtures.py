@@ -411,3 +411,18 @@ def test_pairing_of_the_first_fixtures_is_unchanged_or_better(
     assert added == ({("include/scale.cuh::fwd::scale_kernel", "tests/test_scale.py:54"),
                       ("include/scale.cuh::bwd::scale_kernel", "tests/test_scale.py:55")}
                      if fixture == "templated_headers" else set())
+
+
+@pytest.mark.parametrize(("fixture", "pairs"), [
+    ("shared_device_fn", {"csrc/activations.cu::gelu_kernel": "tests/test_gelu.py",
+                          "csrc/activations.cu::bias_gelu_kernel": "tests/test_bias_gelu.py"}),
+    ("naive_elementwise", {"csrc/gelu.cu::gelu_kernel": "tests/test_gelu.py",
+                           "csrc/silu.cu::silu_kernel": "tests/test_silu.py"}),
+])
+def test_ops_of_one_build_pair_with_their_own_tests(
+        fixture: str, pairs: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    # One extension holds both ops (and in shared_device_fn both kernels call one device
+    # function): each kernel is still paired only with the test of its own op.
+    ks = kernels(fixture, capsys)
+    assert {kid: _reference_files(k) for kid, k in ks.items()} == {
+        kid: [test] for kid, test in pairs.items()}
