@@ -244,11 +244,14 @@ def _facts(source: SourceFile, data: bytes, exists: Callable[[str], bool]) -> Fi
 
 def _read(source: SourceFile) -> tuple[bytes | None, Problem | None]:
     try:
-        size = source.path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            return None, Problem(source.rel, None, f"file is {size >> 20} MiB, over the "
-                                 f"{MAX_FILE_BYTES >> 20} MiB limit; skipped")
-        data = source.path.read_bytes()
+        # One open for the size and the bytes: `Path.stat` then `Path.read_bytes` cost
+        # a second look-up of the path, for every file of the scan.
+        with open(source.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_FILE_BYTES:
+                return None, Problem(source.rel, None, f"file is {size >> 20} MiB, over the "
+                                     f"{MAX_FILE_BYTES >> 20} MiB limit; skipped")
+            data = f.read()
     except OSError as exc:
         return None, Problem(source.rel, None, f"cannot read: {exc.strerror or exc}", "error")
     if not data.strip():
