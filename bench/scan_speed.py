@@ -13,6 +13,11 @@ follows calls across modules), then times:
 * `python -m kfbot scan TREE --json`, the facts cache warm (a later scan: no file
   changed since the one before); its cache lives in a scratch folder.
 
+The CLI is timed twice: first with kfbot's own modules compiled from source at every
+start (as in a checkout run with PYTHONDONTWRITEBYTECODE; their .pyc files are kept out
+of the way with PYTHONPYCACHEPREFIX), then after `python -m compileall` has compiled
+them into the package, as `pip install` does.
+
 Every figure is the best of `--repeat` runs with a warm page cache; all runs are shown.
 The target is >= 2000 source files/s on a 2-core machine.
 
@@ -717,6 +722,21 @@ def sources_digest(package_dir: Path) -> str:
     return h.hexdigest()[:12]
 
 
+def uncompiled_env(package_dir: Path, prefix: Path, command: list[str]) -> dict[str, str]:
+    """An environment in which kfbot's modules are compiled from source at every start,
+    and every other module is read from its .pyc, as in a checkout.
+
+    With PYTHONPYCACHEPREFIX, Python reads and writes .pyc files only under `prefix`:
+    one untimed run of `command` fills it with those of every module the run imports,
+    then kfbot's are deleted (and no run after it writes them again).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(prefix)
+    run_quiet(command, env=env)
+    shutil.rmtree(prefix / package_dir.relative_to(package_dir.anchor), ignore_errors=True)
+    return {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 class Table:
     WIDTH = 62
 
@@ -788,18 +808,25 @@ def bench(info: TreeInfo, repeat: int, scratch_cache: Path) -> int:
             scans.append(row)
 
     cold = [sys.executable, "-m", "kfbot", "scan", tree, "--json", "--no-cache"]
+    source_env = uncompiled_env(package_dir, scratch_cache.parent / "pycache", cold)
     cold_row = table.measure(f"kfbot CLI `scan --json --no-cache` (jobs={cores}), incl. start-up",
-                             repeat, lambda: run_quiet(cold))
+                             repeat, lambda: run_quiet(cold, env=source_env))
     # The warm scan's cache lives in a scratch folder: one scan fills it, not timed.
-    cache_env = {**os.environ, "KFBOT_CACHE": str(scratch_cache)}
+    cache_env = {**source_env, "KFBOT_CACHE": str(scratch_cache)}
     warm = [sys.executable, "-m", "kfbot", "scan", tree, "--json"]
     run_quiet(warm, env=cache_env)
     warm_row = table.measure("kfbot CLI `scan --json`, facts cache warm, incl. start-up",
                              repeat, lambda: run_quiet(warm, env=cache_env))
     # `kfbot --help` imports every command; `kfbot scan --help` what a scan needs.
+    start = [sys.executable, "-m", "kfbot", "scan", "--help"]
     table.measure("  of which start-up: `-m kfbot scan --help`", repeat,
-                  lambda: run_quiet([sys.executable, "-m", "kfbot", "scan", "--help"]),
-                  counts=False)
+                  lambda: run_quiet(start, env=source_env), counts=False)
+    say(f"(byte-compiling {package_dir} with `python -m compileall`, as `pip install` does)")
+    run_quiet([sys.executable, "-m", "compileall", "-q", str(package_dir)])
+    compiled_row = table.measure("kfbot CLI `scan --json --no-cache`, kfbot byte-compiled",
+                                 repeat, lambda: run_quiet(cold))
+    table.measure("  of which start-up, kfbot byte-compiled", repeat,
+                  lambda: run_quiet(start), counts=False)
     say("(cpu s: user+system CPU of the best run, this process and its waited-for children; "
         "a jobs=1 wall time well above it means other load on the machine)")
     say(f"load average after the runs: {load_average()}")
@@ -817,7 +844,7 @@ def bench(info: TreeInfo, repeat: int, scratch_cache: Path) -> int:
     say(TARGET_LINE + ("" if cores == 2 else f" (this machine has {cores} cores)"))
     best = min(scans, key=lambda r: r.best) if scans else None
     for label, r in (("best in-process", best), ("CLI, first scan", cold_row),
-                     ("CLI, cache warm", warm_row)):
+                     ("CLI, compiled", compiled_row), ("CLI, cache warm", warm_row)):
         if r is None:
             say(f"  {label:<18} no figure (failed)  FAIL")
             continue

@@ -10,6 +10,7 @@ its name here, and confirmed (or not) once the files are linked.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ class Cmp:
     rtol: float | None = None
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every call of every scope: names repeat
 def is_helper_name(name: str) -> bool:
     return bool(name) and HELPER_NAME.match(name) is not None and any(
         w in name.lower() for w in ("close", "check", "equal", "same", "compare", "verify",

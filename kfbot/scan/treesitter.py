@@ -60,9 +60,9 @@ def matches_by_pattern(patterns: tuple[str, ...], node: Node) -> list[list[dict[
 
 
 def text(node: Node | None) -> str:
-    if node is None or node.text is None:
-        return ""
-    return node.text.decode("utf-8", errors="replace")
+    # `Node.text` copies the bytes out of the source at every access: read it once.
+    raw = node.text if node is not None else None
+    return raw.decode("utf-8", errors="replace") if raw is not None else ""
 
 
 def line(node: Node) -> int:
