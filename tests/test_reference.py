@@ -206,3 +206,26 @@ def test_a_reference_judges_its_tests_calls_wherever_pytest_roots_the_ids() -> N
         assert belongs(spec, 1, 1, (node,)), node
     for node in (f"x{named}", f"{named}_other", "tests/test_other.py::test_rowsum_matches_torch"):
         assert not belongs(spec, 1, 1, (node,)), node
+
+
+def test_an_attribute_of_a_factorys_result_is_the_op_not_a_wrapper() -> None:
+    # `ext = matmul_ops.load_ext()` then `ext.matmul(a, b)`: the scan follows the call
+    # through "matmul_ops.load_ext.matmul", which is the extension's own function, so the
+    # reference judges the op's calls directly; a package function stays a wrapper whose
+    # calls the reference is written over.
+    from kfbot.config import load_config
+    from kfbot.evaluate.task import make_task
+    from kfbot.scan.scanner import scan
+    from kfbot.scan.select import select_kernel
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    outers = {}
+    for fixture, kernel in (("tunables_matmul", "matmul_tiled"),
+                            ("pkg_chain", "swiglu_kernel"), ("naive_rows", "softmax_kernel")):
+        root = fixtures / fixture
+        config = load_config(None, root)
+        task = make_task(select_kernel(scan(root, config).kernels, kernel), root, config)
+        outers[kernel] = [r.outer for r in task.references]
+    assert outers == {"matmul_tiled": [None, None],
+                      "swiglu_kernel": ["fusedact.ops:swiglu", "fusedact.GatedActivation:swiglu"],
+                      "softmax_kernel": ["rows:softmax"]}

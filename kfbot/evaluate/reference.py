@@ -120,7 +120,7 @@ def _lambda(
     return ReferenceSpec(source=source, imports=carried.imports,
                          description=f"{ref.reference} from {ref.file}:{ref.line}",
                          definitions=carried.definitions, tests=(_test_id(ref),),
-                         outer=outer_ref(ref))
+                         outer=None if _factory_attribute(root, ref) else outer_ref(ref))
 
 
 def outer_ref(ref: ReferenceTest) -> str | None:
@@ -130,6 +130,38 @@ def outer_ref(ref: ReferenceTest) -> str | None:
         return None
     module, _, name = ref.target.lstrip(".").rpartition(".")
     return f"{module}:{name}" if module and name.isidentifier() else None
+
+
+def _factory_attribute(root: Path, ref: ReferenceTest) -> bool:
+    """Whether the test calls an attribute of what a function returns (`ext.matmul` with
+    `ext = matmul_ops.load_ext()`, target "matmul_ops.load_ext.matmul"): the extension
+    the factory builds, so the op itself, not a wrapper of it. Read from the repository's
+    files: the longest prefix of the target that is a module there, then a function
+    that module defines, followed by more names."""
+    if not ref.target:
+        return False
+    relative = ref.target.startswith(".")
+    base = (root / ref.file).parent if relative else root
+    parts = ref.target.lstrip(".").split(".")
+    for cut in range(len(parts) - 2, 0, -1):
+        source = _module_file(base, parts[:cut])
+        if source is None:
+            continue
+        try:
+            tree = ast.parse(source.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            return False
+        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and n.name == parts[cut] for n in tree.body)
+    return False
+
+
+def _module_file(base: Path, names: list[str]) -> Path | None:
+    path = base.joinpath(*names)
+    for found in (path.with_suffix(".py"), path / "__init__.py"):
+        if found.is_file():
+            return found
+    return None
 
 
 def _called(expr: ast.expr, module: ast.Module, params: list[str]) -> ast.expr:
