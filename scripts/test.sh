@@ -5,4 +5,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check kfbot tests bench
 .venv/bin/mypy
-.venv/bin/python -m pytest -q "$@"
+# Without a GPU, two test files at a time (each file's tests stay in one process, as
+# its module fixtures expect): much of the suite waits on nvcc, g++ and subprocesses,
+# and one process left a 2-core machine a third idle (CI: 934 s serial, 671 s this
+# way). With a GPU, one at a time: GPU tests time kernels and must not share the card.
+workers=${KFBOT_TEST_WORKERS:-2}
+if .venv/bin/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  workers=0
+fi
+.venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"

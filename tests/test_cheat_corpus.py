@@ -11,9 +11,10 @@ are what they claim to be on paper:
 - the README's table lists every entry as its `cheat.yaml` describes it;
 - an honest candidate adds nothing the static rules would flag (a crude identifier
   check) and, in a Python file, changes only string literal contents;
-- every `.cu` compiles with nvcc against its fixture, and an inline candidate's CUDA
-  string compiles the way load_inline writes it (two compiles at a time; the ones that
-  include torch's headers take 20-45 s each on a small machine).
+- every `.cu` compiles with nvcc against its fixture (its device code; the host code is
+  checked by nvcc's front end), and an inline candidate's CUDA string compiles the way
+  load_inline writes it (two compiles at a time; the ones that include torch's headers
+  take 10-15 s each on a small machine).
 """
 
 from __future__ import annotations
@@ -360,9 +361,12 @@ def _command(job: Job, out_dir: Path) -> list[str]:
     else:
         source = job.entry.files_dir / job.rel
         defines = [f"-DTORCH_EXTENSION_NAME={root.name}_ext", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    return [NVCC, "-c", "-std=c++17", "-arch=sm_90", *defines,
+    # Device code only (-cubin): nvcc's front end still parses and checks the host code,
+    # and skipping g++ on torch's headers takes a torch-header file from about 35 s to
+    # 12 s here. tests/test_anticheat_gpu.py builds every candidate in full.
+    return [NVCC, "-cubin", "-std=c++17", "-arch=sm_90", *defines,
             *(f"-I{d}" for d in dirs if Path(d).is_dir()), str(source),
-            "-o", str(out_dir / (source.stem + ".o"))]
+            "-o", str(out_dir / (source.stem + ".cubin"))]
 
 
 def _compile(job: Job) -> str | None:
