@@ -229,3 +229,21 @@ def test_an_attribute_of_a_factorys_result_is_the_op_not_a_wrapper() -> None:
     assert outers == {"matmul_tiled": [None, None],
                       "swiglu_kernel": ["fusedact.ops:swiglu", "fusedact.GatedActivation:swiglu"],
                       "softmax_kernel": ["rows:softmax"]}
+
+
+def test_a_factory_module_is_read_only_inside_the_repository(tmp_path: Path) -> None:
+    from kfbot.evaluate.reference import outer_ref
+
+    factory = "def load_ext():\n    return None\n"
+    root, outside = tmp_path / "repo", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "ops.py").write_text(factory)
+    ref = _ref(target="ops.load_ext.matmul")
+    assert outer_ref(root, ref) is None  # the extension the factory returns: the op
+    assert outer_ref(root, _ref(target="ops.matmul")) == "ops:matmul"  # a wrapper
+    (root / "ops.py").unlink()
+    (outside / "ops.py").write_text(factory)
+    (root / "ops.py").symlink_to(outside / "ops.py")
+    # a link out of the repository is not followed, so nothing marks it a factory
+    assert outer_ref(root, ref) == "ops.load_ext:matmul"

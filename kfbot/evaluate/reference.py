@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kfbot.evaluate.carry import NotCarried, carry, expression_needs, module_scope
+from kfbot.paths import inside
 from kfbot.scan.model import ReferenceTest
 
 
@@ -120,13 +121,14 @@ def _lambda(
     return ReferenceSpec(source=source, imports=carried.imports,
                          description=f"{ref.reference} from {ref.file}:{ref.line}",
                          definitions=carried.definitions, tests=(_test_id(ref),),
-                         outer=None if _factory_attribute(root, ref) else outer_ref(ref))
+                         outer=outer_ref(root, ref))
 
 
-def outer_ref(ref: ReferenceTest) -> str | None:
+def outer_ref(root: Path, ref: ReferenceTest) -> str | None:
     """The wrapper the test calls, as a callable's reference ("pkg.mod:func"), from the
-    scan's `target` ("pkg.mod.func"; ".ops.swiglu" beside the test: "ops:swiglu")."""
-    if not ref.target:
+    scan's `target` ("pkg.mod.func"; ".ops.swiglu" beside the test: "ops:swiglu"); None
+    when the test calls the op itself, held as a factory's result."""
+    if not ref.target or _factory_attribute(root, ref):
         return None
     module, _, name = ref.target.lstrip(".").rpartition(".")
     return f"{module}:{name}" if module and name.isidentifier() else None
@@ -144,7 +146,7 @@ def _factory_attribute(root: Path, ref: ReferenceTest) -> bool:
     base = (root / ref.file).parent if relative else root
     parts = ref.target.lstrip(".").split(".")
     for cut in range(len(parts) - 2, 0, -1):
-        source = _module_file(base, parts[:cut])
+        source = _module_file(root, base, parts[:cut])
         if source is None:
             continue
         try:
@@ -156,10 +158,12 @@ def _factory_attribute(root: Path, ref: ReferenceTest) -> bool:
     return False
 
 
-def _module_file(base: Path, names: list[str]) -> Path | None:
+def _module_file(root: Path, base: Path, names: list[str]) -> Path | None:
+    """The repository's file of module `names` under `base`; never one a link leads to
+    outside the repository."""
     path = base.joinpath(*names)
     for found in (path.with_suffix(".py"), path / "__init__.py"):
-        if found.is_file():
+        if found.is_file() and inside(root, found):
             return found
     return None
 
