@@ -128,13 +128,8 @@ def _bounded(kernel: sx.Node) -> list[sx.Edit]:
 
 def _copy(kernel: sx.Node, name: str) -> sx.Edit:
     """The original kernel under `name`, put before it (its template, if any, with it)."""
-    top = kernel
-    while top.parent is not None and top.parent.type == "template_declaration":
-        top = top.parent
-    decl = sx.field(kernel, "declarator")
-    while decl is not None and decl.type != "function_declarator":
-        decl = sx.field(decl, "declarator")
-    ident = sx.field(decl, "declarator")
+    top = sx.definition(kernel)
+    ident = sx.fn_name_node(kernel)
     assert ident is not None  # the kernel was found by this name
     text = sx.splice(top.text or b"", [(ident.start_byte - top.start_byte,
                                         ident.end_byte - top.start_byte, name.encode())])

@@ -73,20 +73,16 @@ def row_map_per_block(source: str, target: Target) -> str | None:
     """block-per-row for a thread-per-row kernel with no accumulator at all: an
     elementwise map written as a loop over each row's columns (the elementwise class's
     form of the same rewrite, so that a reduction is not taken for a map)."""
-    found = sx.sole_kernel(source, target)
-    shape = row_kernel(found[1]) if found is not None else None
-    if shape is None or any(loop.accumulators for loop in shape.loops):
-        return None
-    return block_per_row(source, target)
+    return _rewrite(source, target, _BLOCK, maps_only=True)
 
 
-def _rewrite(source: str, target: Target, split: _Split) -> str | None:
+def _rewrite(source: str, target: Target, split: _Split, maps_only: bool = False) -> str | None:
     found_kernel = sx.sole_kernel(source, target)
     if found_kernel is None:
         return None
     root, kernel = found_kernel
     shape = row_kernel(kernel)
-    if shape is None:
+    if shape is None or (maps_only and any(loop.accumulators for loop in shape.loops)):
         return None
     src = source.encode()
     plan = LaunchPlan(grid=lambda args: _grid(split, shape, args), block=str(THREADS),

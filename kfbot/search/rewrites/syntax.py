@@ -92,10 +92,15 @@ def functions(root: Node, pattern: str = KERNEL_FN) -> list[Node]:
 
 
 def fn_name(fn: Node) -> str:
+    return text(fn_name_node(fn))
+
+
+def fn_name_node(fn: Node) -> Node | None:
+    """The node of a function definition's name, through pointer and reference returns."""
     decl = field(fn, "declarator")
     while decl is not None and decl.type != "function_declarator":
         decl = field(decl, "declarator")
-    return text(field(decl, "declarator"))
+    return field(decl, "declarator")
 
 
 def kernels_named(root: Node, name: str) -> list[Node]:
@@ -278,12 +283,18 @@ def is_thread_index(fn: Node, node: Node) -> bool:
     return norm(strip(inits[0])) == "threadIdx.x"
 
 
-def insert_before_definition(fn: Node, text_: str) -> Edit:
-    """An edit putting `text_` just before the definition of `fn`: before its `template`
-    and the comment lines right above it, which stay with it."""
+def definition(fn: Node) -> Node:
+    """The whole definition of `fn`: its `template <...>` declaration when it has one."""
     top = fn
     while top.parent is not None and top.parent.type == "template_declaration":
         top = top.parent
+    return top
+
+
+def insert_before_definition(fn: Node, text_: str) -> Edit:
+    """An edit putting `text_` just before the definition of `fn`: before its `template`
+    and the comment lines right above it, which stay with it."""
+    top = definition(fn)
     while top.prev_sibling is not None and top.prev_sibling.type == "comment" \
             and top.prev_sibling.end_point[0] + 1 >= top.start_point[0]:
         top = top.prev_sibling
