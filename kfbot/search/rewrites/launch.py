@@ -43,11 +43,18 @@ def kernel_launch_edits(root: sx.Node, kernel: sx.Node, plan: LaunchPlan) -> lis
         edits.append((config[0].start_byte, config[0].end_byte, grid.encode()))
         edits.append((config[1].start_byte, config[1].end_byte, plan.block.encode()))
         edits += _dead_declarations(launch, config[:2])
+    return edits + bounds_edits(kernel, plan.threads)
+
+
+def bounds_edits(kernel: sx.Node, threads: int, add: bool = False) -> list[sx.Edit]:
+    """The kernel's `__launch_bounds__` made `threads`; with `add`, given one when it has
+    none (up to 255 registers a thread for a kernel that keeps many sums in them)."""
     bounds = next((c for c in kernel.children if c.type == "launch_bounds"), None)
+    text = f"__launch_bounds__({threads})".encode()
     if bounds is not None:
-        edits.append((bounds.start_byte, bounds.end_byte,
-                      f"__launch_bounds__({plan.threads})".encode()))
-    return edits
+        return [(bounds.start_byte, bounds.end_byte, text)]
+    decl = sx.field(kernel, "declarator")
+    return [(decl.start_byte, decl.start_byte, text + b" ")] if add and decl is not None else []
 
 
 def _only_launched(root: sx.Node, name: str, launches: int) -> bool:
@@ -158,8 +165,9 @@ class Dispatch:
 def dispatched_launch_edits(root: sx.Node, kernel: sx.Node, plan: LaunchPlan,
                             dispatch: Dispatch) -> list[sx.Edit] | None:
     """The edits turning every `kernel<<<...>>>(...);` statement into `if (small work)`
-    the copy with the launch as written `else` the kernel with the plan's grid and block;
-    None when a launch is not a statement of its own or cannot be changed."""
+    the copy with the launch as written `else` the kernel with the plan's grid and block,
+    which gets `__launch_bounds__` of the plan's threads; None when a launch is not a
+    statement of its own or cannot be changed."""
     name = sx.fn_name(kernel)
     launches = sx.launches(root, name)
     if not launches or not _only_launched(root, name, len(launches)):
@@ -171,11 +179,8 @@ def dispatched_launch_edits(root: sx.Node, kernel: sx.Node, plan: LaunchPlan,
         if edit is None:
             return None
         edits.append(edit)
-    bounds = next((c for c in kernel.children if c.type == "launch_bounds"), None)
-    if bounds is not None:  # the copy keeps the original's, from the text copied
-        edits.append((bounds.start_byte, bounds.end_byte,
-                      f"__launch_bounds__({plan.threads})".encode()))
-    return edits
+    # The copy keeps the original's bounds, from the text copied.
+    return edits + bounds_edits(kernel, plan.threads, add=True)
 
 
 def _dispatched(src: bytes, launch: sx.Node, kernel: sx.Node, plan: LaunchPlan,

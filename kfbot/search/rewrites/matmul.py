@@ -99,7 +99,7 @@ def _rewrite(source: str, target: Target, tiling: Tiling) -> str | None:
         return None
     body = _body(found, tiling, sx.indent_at(source.encode(), found.shape.first) or "    ")
     edits = [(found.shape.first.start_byte, found.shape.last.end_byte, body.encode()),
-             _copy(kernel, small), *launch, *_bounded(kernel)]
+             _copy(kernel, small), *launch]
     return sx.spliced(source.encode(), edits)
 
 
@@ -114,16 +114,6 @@ def _small_work(m: _Matmul) -> Condition:
         return (f"const long long kfbot_work = (long long){product};",
                 f"kfbot_work <= {SMALL_WORK}")
     return condition
-
-
-def _bounded(kernel: sx.Node) -> list[sx.Edit]:
-    """`__launch_bounds__(256)` on the tiled kernel (a bound it had becomes 256 with the
-    launches): its 256 threads may use up to 255 registers each, for the T x T sums."""
-    if any(c.type == "launch_bounds" for c in kernel.children):
-        return []
-    decl = sx.field(kernel, "declarator")
-    return [] if decl is None else [(decl.start_byte, decl.start_byte,
-                                     b"__launch_bounds__(256) ")]
 
 
 def _copy(kernel: sx.Node, name: str) -> sx.Edit:
