@@ -228,9 +228,13 @@ def credited(lineage: Sequence[str]) -> str:
     """A lesson's change: the last step as written, then the steps before it by id."""
     if not lineage:
         return ""
-    before = [step.split(":", 1)[0] if not step.startswith("params:") else step
-              for step in lineage[:-1]]
+    before = [_step_id(step) for step in lineage[:-1]]
     return lineage[-1] + (f" (after {', '.join(before)})" if before else "")
+
+
+def _step_id(step: str) -> str:
+    """A change named short: a rule's id ("restrict-pointers"), a params point whole."""
+    return step if step.startswith("params:") else step.split(":", 1)[0]
 
 
 def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.Random,
@@ -309,7 +313,7 @@ def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
                 + (f" Closest: {missed}." if missed else ""))
     ev, cand = committed
     review = " It needs a person's review (see the flags below)." if ev.needs_review else ""
-    steps = [step.split(":", 1)[0] for step in lineage]
+    steps = [_step_id(step) for step in lineage]
     path = f"; from the original by {' then '.join(steps)}" if len(steps) > 1 else ""
     return (f"**Committed candidate `{cand.short}`** ({cand.origin}: "
             f"{cand.rationale or 'no rationale'}{path}): every number below is of this "
