@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from process_table import running
+
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.finalist import run_finalist
 from kfbot.evaluate.task import KernelTask, OpBinding
@@ -96,16 +98,17 @@ def test_a_script_that_exits_1_fails_with_its_output(tmp_path: Path) -> None:
 
 
 def test_a_hanging_script_times_out_and_is_killed(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
+    marker = f"hang-{tmp_path.name}-{os.getpid()}"  # on the grandchild's command line
     hang = ("import subprocess, time; child = subprocess.Popen([sys.executable, '-c', "
-            "'import time; time.sleep(600)']); "
-            f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(600)")
+            f"'import time; time.sleep(600)', {marker!r}]); "
+            "print('started', child.pid, flush=True); time.sleep(600)")
     task = _script_task(tmp_path / "repo", ending=hang)
     started = time.monotonic()
     result = run_finalist(task, Candidate(files={"ops.py": OP}), timeout_s=8)
     assert time.monotonic() - started < 30
     assert not result.passed and "timed out" in result.reason
-    assert not _alive(int(pid_file.read_text()))
+    assert "started" in result.output_tail
+    assert not running(marker)
 
 
 def _git(root: Path) -> Path:
@@ -119,19 +122,6 @@ def _snapshot(root: Path) -> tuple[str, dict[str, str]]:
                             capture_output=True, text=True, check=True).stdout
     return status, {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
                     for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts}
-
-
-def _alive(pid: int) -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return False  # killed; its parent is gone and init reaps it a moment later
-        time.sleep(0.1)
-    return True
 
 
 def test_setup_py_builds_first(tmp_path: Path) -> None:

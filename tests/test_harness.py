@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_table import running
 
 from kfbot.evaluate.capture_run import capture_signatures
 from kfbot.evaluate.signature import OpRef, ScalarSpec, TensorSpec
@@ -130,21 +131,22 @@ def test_an_import_that_floods_its_output_is_stopped(tmp_path: Path) -> None:
 def test_what_the_tests_leave_running_is_killed(tmp_path: Path) -> None:
     """A test that starts a server in the background and returns: the server must not
     outlive the capture."""
-    pid_file = tmp_path / "server.pid"
+    marker = f"server-{tmp_path.name}-{os.getpid()}"  # on the server's command line
     root = write(tmp_path / "repo", {
         "myops.py": OPS_PY,
         "tests/test_scale.py": (
             "import subprocess, sys\nfrom myops import scale\n\n"
             "def test_scale():\n"
             "    server = subprocess.Popen([sys.executable, '-c', 'import time; "
-            "time.sleep(600)'])\n"
-            f"    open({str(pid_file)!r}, 'w').write(str(server.pid))\n"
+            f"time.sleep(600)', {marker!r}])\n"
+            "    print('server started', flush=True)\n"
             "    assert scale(1.0) == 2.0\n"
         ),
     })
     result = capture_signatures(root, ["tests/test_scale.py"], [SCALE], timeout_s=120)
     assert result.ok, result.output_tail
-    assert not _alive(int(pid_file.read_text()))
+    assert "server started" in result.output_tail
+    assert not running(marker)
 
 
 def test_a_hanging_script_is_killed_at_the_time_limit(tmp_path: Path) -> None:
@@ -155,20 +157,6 @@ def test_a_hanging_script_is_killed_at_the_time_limit(tmp_path: Path) -> None:
     assert result.timed_out
     assert result.errors[0].startswith("the script examples/check.py did not finish in")
     assert shapes(result.signatures) == [(3,), (5,)]
-
-
-def _alive(pid: int) -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # A killed child of a dead parent is reaped by init a moment later.
-        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return False
-        time.sleep(0.1)
-    return True
 
 
 @pytest.fixture(autouse=True)

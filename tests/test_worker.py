@@ -40,13 +40,51 @@ def call(session: WorkerSession, name: str, **payload: object) -> JobResult:
     return session.call(job(name), payload, timeout_s)
 
 
-def child_pid(session: WorkerSession) -> int:
+def child_id(session: WorkerSession) -> str:
+    """Which process runs the session's jobs now."""
     result = call(session, "pid")
     assert result.status == "ok", result.reason
     assert result.value is not None
-    pid = result.value["pid"]
-    assert isinstance(pid, int)
-    return pid
+    return str(result.value["boot"])
+
+
+def child_pid(session: WorkerSession) -> int:
+    """The pid of the process that runs the session's jobs, as this process sees it."""
+    result = call(session, "pid")
+    assert result.status == "ok", result.reason
+    assert result.value is not None
+    return host_pid(session, int(result.value["pid"]))
+
+
+def host_pid(session: WorkerSession, inner: int) -> int:
+    """The pid this process sees for `inner`, a pid inside the session's sandbox (the
+    same number where there is none)."""
+    assert session.pid is not None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        spaces = next((line.split()[1:] for line in status.splitlines()
+                       if line.startswith("NSpid:")), [])
+        if len(spaces) > 1 and spaces[-1] == str(inner) and \
+                descends(int(entry.name), session.pid):
+            return int(entry.name)
+    assert descends(inner, session.pid), f"pid {inner} is not in the session's tree"
+    return inner
+
+
+def descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 def alive(pid: int) -> bool:
@@ -65,12 +103,13 @@ def gone_soon(pid: int, within_s: float = 3.0) -> bool:
 
 
 def test_ok_jobs_reuse_one_process(session: WorkerSession) -> None:
-    first = child_pid(session)
+    first = child_id(session)
     result = call(session, "add", a=2, b=3)
     assert (result.status, result.kind, result.value) == ("ok", "ok", {"sum": 5})
     assert result.diagnostic() is None
     assert result.reason.startswith("finished in")
-    assert child_pid(session) == first == session.pid
+    assert child_id(session) == first
+    assert descends(child_pid(session), session.pid or -1)
 
 
 # name, status, kind, part of the reason, whether the process must be replaced
@@ -95,7 +134,7 @@ FAULTS = [
 def test_fault_is_recorded_and_next_job_succeeds(
     session: WorkerSession, name: str, status: str, kind: str, reason: str, replaced: bool
 ) -> None:
-    before = child_pid(session)
+    before = child_id(session)
     result = call(session, name)
     assert (result.status, result.kind, result.value) == (status, kind, None)
     assert reason in result.reason
@@ -106,7 +145,7 @@ def test_fault_is_recorded_and_next_job_succeeds(
     assert diagnostic.message == result.reason
     # A replaced process is gone at once, so a dead CUDA context holds no memory.
     assert (session.pid is None) == replaced
-    after = child_pid(session)
+    after = child_id(session)
     assert (after != before) == replaced
 
 
@@ -134,15 +173,15 @@ def test_job_can_ask_for_a_fresh_process(session: WorkerSession) -> None:
     result = call(session, "ask_restart")
     assert result.status == "ok"
     assert result.value is not None
-    assert set(result.value) == {"pid"}  # the request to restart is not part of the value
-    assert child_pid(session) != result.value["pid"]
+    assert set(result.value) == {"boot"}  # the request to restart is not part of the value
+    assert child_id(session) != result.value["boot"]
 
 
 def test_child_killed_between_jobs_is_replaced(session: WorkerSession) -> None:
-    first = child_pid(session)
-    os.kill(first, signal.SIGKILL)
+    first = child_id(session)
+    os.kill(child_pid(session), signal.SIGKILL)
     time.sleep(0.1)
-    assert child_pid(session) != first
+    assert child_id(session) != first
 
 
 SECRETS = ["GITHUB_TOKEN", "ANTHROPIC_API_KEY", "MY_SECRET", "X_API_KEY", "SOME_PASSWORD",
@@ -168,12 +207,12 @@ def test_secrets_never_reach_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_printed_answers_do_not_confuse_the_channel(session: WorkerSession) -> None:
-    first = child_pid(session)
+    first = child_id(session)
     result = call(session, "noisy")
     assert (result.status, result.value) == ("ok", {"real": True})
     assert '{"type": "result", "value": {"fake": true}}' in result.output_tail
     assert "raw stdout marker" in result.output_tail
-    assert child_pid(session) == first
+    assert child_id(session) == first
 
 
 def test_output_tail_is_per_job(session: WorkerSession) -> None:
@@ -236,7 +275,7 @@ def test_processes_a_job_starts_die_with_the_session() -> None:
     with WorkerSession(python_path=[TESTS_DIR]) as live:
         result = call(live, "start_sleeper")
         assert result.value is not None
-        sleeper = result.value["pid"]
+        sleeper = host_pid(live, result.value["pid"])
         assert alive(sleeper)
     assert gone_soon(sleeper)
 

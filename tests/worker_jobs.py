@@ -16,6 +16,9 @@ import time
 from typing import Any
 
 Payload = dict[str, Any]
+# Which process answered: a pid alone cannot tell, since a sandboxed worker is PID 2 of
+# its own namespace each time.
+BOOT = f"{os.getpid()}-{os.urandom(6).hex()}"
 
 
 def echo(payload: Payload) -> Payload:
@@ -27,7 +30,7 @@ def add(payload: Payload) -> Payload:
 
 
 def pid(payload: Payload) -> Payload:
-    return {"pid": os.getpid()}
+    return {"pid": os.getpid(), "boot": BOOT}
 
 
 def spin(payload: Payload) -> Payload:
@@ -74,7 +77,7 @@ def assert_then_abort(payload: Payload) -> Payload:
 
 def ask_restart(payload: Payload) -> Payload:
     """A job that caught a sticky error itself and asks for a fresh process."""
-    return {"pid": os.getpid(), "_restart_worker": True}
+    return {"boot": BOOT, "_restart_worker": True}
 
 
 def not_a_dict(payload: Payload) -> list[int]:

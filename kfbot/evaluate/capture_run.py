@@ -133,7 +133,7 @@ def _run_pytest(python: str, root: Path, targets: Sequence[str], env: Mapping[st
     args = ["-x", "-q", "--capture=tee-sys", "--rootdir=.", "-p", PLUGIN, "-p",
             "no:cacheprovider", *targets]
     command = harness.command(python, "pytest", *args)
-    ran = run_process(command, root, env, _left(deadline), tmp / "pytest.log")
+    ran = run_process(command, root, env, _left(deadline), tmp / "pytest.log", writable=[tmp])
     if ran.exit_code == _PYTEST_USAGE_ERROR and "not found" in ran.tail:
         raise KfbotError(f"capture: pytest cannot find the targets: {_not_found_line(ran.tail)}")
     return ProcessRun("pytest", " ".join(targets), ".", ran)
@@ -144,7 +144,7 @@ def _run_script(python: str, root: Path, script: str, env: Mapping[str, str],
     path = root / script
     command = harness.command(python, "script", str(path))
     log = tmp / f"script-{len(list(tmp.glob('script-*.log')))}.log"
-    ran = run_process(command, path.parent, env, _left(deadline), log)
+    ran = run_process(command, path.parent, env, _left(deadline), log, writable=[tmp])
     return ProcessRun("script", script, Path(script).parent.as_posix(), ran)
 
 

@@ -71,7 +71,7 @@ def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800
         for index, step in enumerate(steps):
             left = timeout_s - (time.monotonic() - started)
             ran = run_process(step.command, copy / step.folder, env, left,
-                              Path(tmp) / f"step{index}.log")
+                              Path(tmp) / f"step{index}.log", writable=[Path(tmp)])
             output = (output + ran.tail)[-8000:]
             if not ran.ok:
                 return FinalistResult(False, f"`{step.shown}` failed ({_why(ran)})", shown,

@@ -29,6 +29,7 @@ from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.repository_build import Fallback, setup_py_fallback, staged_modules
+from kfbot.evaluate.sandbox import scratch_root
 from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
 from kfbot.evaluate.staged import StagedModule
 from kfbot.evaluate.steps import StepReport
@@ -76,7 +77,9 @@ class Preparation:
             fallback = None
             if not built.ok and self.task.build.kind == "setup_py":
                 if self._scratch is None:
-                    self._scratch = tempfile.TemporaryDirectory(prefix="kfbot-setup-")
+                    # Where the sandboxed GPU worker can read the extension it builds.
+                    self._scratch = tempfile.TemporaryDirectory(prefix="kfbot-setup-",
+                                                                dir=scratch_root())
                 fallback = setup_py_fallback(self.task.root, self.task.build,
                                              Path(self._scratch.name))
             self._attempt = (built, fallback)

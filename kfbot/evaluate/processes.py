@@ -1,11 +1,12 @@
 """Run one of the repository's own processes (its tests, a script, its build) and
 bring back how it ended.
 
-The process leads its own process group, so whatever it starts goes with it: the
-group is killed when the process ends, when it outlives its time, or when it writes
-more than `output_cap` bytes (an import that prints without end must not fill the
-disk). Its output goes to a file, of which the result keeps the tail: the evidence a
-person reads when the step fails.
+The process runs in the sandbox (`kfbot.evaluate.sandbox`), writing only the folders it
+is given, and leads its own process group: the group is killed when the process ends,
+when it outlives its time, or when it writes more than `output_cap` bytes (an import
+that prints without end must not fill the disk); with the sandbox's namespace goes
+whatever it left running, `setsid` daemons included. Its output goes to a file, of
+which the result keeps the tail: the evidence a person reads when the step fails.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from kfbot.evaluate.sandbox import confined, exit_code
 
 TAIL_BYTES = 8 * 1024
 OUTPUT_CAP_BYTES = 64 * 1024 * 1024
@@ -57,12 +60,15 @@ def run_process(
     timeout_s: float,
     log: Path,
     output_cap: int = OUTPUT_CAP_BYTES,
+    writable: Sequence[Path] = (),
 ) -> Ran:
-    """Run `command` to its end (or its limits), then kill what is left of its group."""
+    """Run `command` to its end (or its limits), then kill what is left of its group.
+    It may write only `writable` (the rest is read-only, /tmp is private)."""
+    argv = confined(command, cwd, writable, env=env)
     started = time.monotonic()
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            list(command),
+            argv,
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -76,7 +82,7 @@ def run_process(
             kill_group(proc)  # also on an interrupt: nothing runs on unattended
             proc.wait()
     seconds = time.monotonic() - started
-    return Ran(proc.returncode, timed_out, flooded, tail(log), seconds, output_cap)
+    return Ran(exit_code(proc.returncode), timed_out, flooded, tail(log), seconds, output_cap)
 
 
 def _watch(

@@ -116,7 +116,7 @@ def setup_py_fallback(root: Path, recipe: BuildRecipe, scratch: Path,
         return Fallback(None, None, f"{setup} is not in the copy of the repository")
     env = untrusted_env({"PYTHONDONTWRITEBYTECODE": "1"})
     ran = run_process([python, "setup.py", "build_ext", "--inplace"], folder, env,
-                      timeout_s, scratch / "setup.log")
+                      timeout_s, scratch / "setup.log", writable=[copy])
     artifact = _built_extension(folder, recipe.name) if ran.ok else None
     if artifact is not None:
         return Fallback(ran, artifact, f"`python {setup} build_ext --inplace` built it in "

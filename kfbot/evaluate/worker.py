@@ -36,10 +36,11 @@ from typing import Any, Literal
 from kfbot.errors import KfbotError
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.processes import has_exited, kill_group
-from kfbot.evaluate.sandbox import python_module, untrusted_env
+from kfbot.evaluate.sandbox import confined, exit_code, python_module, untrusted_env
 from kfbot.evaluate.worker_main import (
     HEADER,
     MAX_FRAME_BYTES,
+    PROFILE_ENV,
     RESTART_KEY,
     decode_body,
     encode_frame,
@@ -324,6 +325,10 @@ class WorkerSession:
         command += ["--requests", str(requests_r), "--results", str(results_w)]
         for module in self._preload:
             command += ["--preload", module]
+        # In the sandbox it writes nothing but its private /tmp and home (and profiles,
+        # when asked for): what it loads is kfbot's builds, what it says goes by the pipes.
+        profiles = [self._env[PROFILE_ENV]] if self._env.get(PROFILE_ENV) else []
+        command = confined(command, self._cwd or os.getcwd(), profiles, env=self._env)
         try:
             proc = subprocess.Popen(
                 command,
@@ -383,7 +388,7 @@ class WorkerSession:
         if outcome.event == "flood":
             return f"wrote more than {_size_text(self._output_cap)} while starting"
         if outcome.event == "exited":
-            code = child.proc.returncode
+            code = None if child.proc.returncode is None else exit_code(child.proc.returncode)
             how = f"died with {signal_name(-code)}" if code and code < 0 else f"exit code {code}"
             return f"{how}: {_last_line(tail) or 'no output'}"
         return outcome.detail or f"unexpected first message {outcome.message!r:.100}"
@@ -485,7 +490,7 @@ class WorkerSession:
         """Fill in how a child that died during the job died (it is reaped by now)."""
         if result.status != "crashed" or result.kind != "exited":
             return result
-        code = child.proc.returncode
+        code = None if child.proc.returncode is None else exit_code(child.proc.returncode)
         cuda = cuda_error_kind(result.output_tail)
         if code is not None and code < 0:
             kind = cuda or _SIGNAL_KINDS.get(-code, "signal")

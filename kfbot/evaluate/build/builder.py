@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
+from itertools import pairwise
 from pathlib import Path
 
 from kfbot.evaluate import torch_build
@@ -58,7 +59,7 @@ from kfbot.evaluate.diagnostics import (
     resource_diagnostics,
 )
 from kfbot.evaluate.model import Diagnostic, KernelResources
-from kfbot.evaluate.sandbox import untrusted_env
+from kfbot.evaluate.sandbox import confined, exit_code, untrusted_env
 
 COMPILE_TIMEOUT_S = 1800.0
 LINK_TIMEOUT_S = 600.0
@@ -96,6 +97,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _with_output(command: Sequence[str], output: str) -> list[str]:
     return [output if word == cmd.OUTPUT else word for word in command]
+
+
+def _written(command: Sequence[str]) -> list[Path]:
+    """The folder of the command's `-o` output: all a compile or link may write."""
+    return [Path(after).parent for word, after in pairwise(command) if word == "-o"]
 
 
 # --- the builder ----------------------------------------------------------------------
@@ -302,13 +308,16 @@ class Builder:
     def _run(
         self, command: Sequence[str], cwd: Path, timeout: float, stdin: str | None = None
     ) -> _Run:
+        env = untrusted_env()  # a candidate can #include what it sees
+        # Sandboxed too: it writes its output's folder only, and sees no /proc of kfbot.
+        argv = confined(command, cwd, _written(command), [self.cache_dir], env)
         with self._slots:
             started = time.monotonic()
             try:
                 done = subprocess.run(
-                    list(command),
+                    argv,
                     cwd=cwd,
-                    env=untrusted_env(),  # a candidate can #include what it sees
+                    env=env,
                     input=stdin,
                     text=True,
                     stdout=subprocess.PIPE,
@@ -323,7 +332,7 @@ class Builder:
                 return _Run(None, text or "", time.monotonic() - started)
             except OSError as exc:
                 return _Run(127, f"{command[0]}: {exc}")
-        return _Run(done.returncode, done.stdout or "", time.monotonic() - started)
+        return _Run(exit_code(done.returncode), done.stdout or "", time.monotonic() - started)
 
     def compile_object(self, plan: BuildPlan, obj: ObjectPlan) -> CompiledObject:
         """Compile (or find in the cache) one object of `plan`, outside a whole build."""

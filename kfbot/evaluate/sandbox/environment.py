@@ -27,13 +27,15 @@ _NAMES = frozenset({
     "PKG_CONFIG_PATH", "CC", "CXX", "CUDAHOSTCXX", "CUDACXX", "NVCC_PREPEND_FLAGS",
     "NVCC_APPEND_FLAGS", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH",
     "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "SOURCE_DATE_EPOCH",
+    # The runner finds what a job left running by this variable: the children keep it.
+    "RUNNER_TRACKING_ID",
 })
 _PREFIXES = ("LC_", "CUDA", "NVIDIA_", "CUDNN_", "NCCL_", "NVSHMEM_", "TORCH_", "PYTORCH_",
              "TRITON_", "CUBLAS_", "CUPTI_", "KFBOT_")
 _SECRET_NAME = re.compile(r"token|key|secret|password|passwd|credential|auth|cookie|jwt|pat$",
                           re.IGNORECASE)
 
-_scratch_home: str | None = None
+_scratch_root: str | None = None
 
 
 def is_secret_name(name: str) -> bool:
@@ -60,13 +62,22 @@ def untrusted_env(extra: Mapping[str, str] | None = None,
     return env
 
 
+def scratch_root() -> str:
+    """A private folder of this kfbot process, removed at exit: its children's home, and
+    the scratch folders they read. A sandbox shows it (see `kfbot.evaluate.sandbox`) where
+    it hides the rest of /tmp."""
+    global _scratch_root
+    if _scratch_root is None or not os.path.isdir(_scratch_root):
+        _scratch_root = tempfile.mkdtemp(prefix="kfbot-scratch-")
+        atexit.register(shutil.rmtree, _scratch_root, True)
+    return _scratch_root
+
+
 def scratch_home() -> str:
-    """A private, empty home folder for this kfbot process's children, removed at exit."""
-    global _scratch_home
-    if _scratch_home is None or not os.path.isdir(_scratch_home):
-        _scratch_home = tempfile.mkdtemp(prefix="kfbot-home-")
-        atexit.register(shutil.rmtree, _scratch_home, True)
-    return _scratch_home
+    """A private, empty home folder for this kfbot process's children."""
+    home = os.path.join(scratch_root(), "home")
+    os.makedirs(home, exist_ok=True)
+    return home
 
 
 # `python -m` puts the working directory first on sys.path, where a repository's

@@ -1,0 +1,241 @@
+"""The first program inside a sandbox: finish setting it up, then become the command.
+
+Run as `python -I -S launch.py SPEC COMMAND...` by `kfbot.evaluate.sandbox.methods`, so it
+imports nothing but the standard library (no site, no working directory on the path).
+SPEC is JSON; its "mode" says how much is left to do:
+
+- "bwrap": bubblewrap made the mounts and the PID namespace; set the limits and exec.
+- "unshare": `unshare --user --map-root-user --mount --pid --fork` made empty namespaces
+  and this process is their PID 1. It makes every mount read-only, mounts a fresh /proc, a
+  minimal /dev (the GPU's nodes kept), private tmpfs over /tmp and /run, binds back the
+  paths the command may read or write, then starts the command in a nested user namespace
+  (so the command holds no capability over these mounts and cannot undo them) and waits:
+  when the command ends, this process ends, and the kernel kills whatever the command left
+  in the namespace, `setsid` daemons included.
+
+A setup step that fails exits with 125 and one line on stderr. A command killed by signal N
+is reported as exit status 128 + N, as a shell does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import resource
+import sys
+from typing import Any
+
+SETUP_FAILED = 125
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+CLONE_NEWUSER = 0x10000000
+# The flags of a mount that a bind remount must repeat (statvfs reports them with the same
+# values); leaving out one that the outer namespace locked makes the kernel refuse.
+_KEPT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # noatime, nodiratime, relatime
+# Device nodes a program expects; everything else under /dev stays out (a raw disk is
+# writable by its owner, and the owner may be who runs kfbot).
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+# /proc files that change the whole machine: read-only, as bubblewrap does.
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    pass
+
+
+def main(argv: list[str]) -> None:
+    spec: dict[str, Any] = json.loads(argv[1])
+    command = argv[2:]
+    try:
+        if spec["mode"] == "unshare":
+            build_namespace(spec)
+            code = run_as_init(spec, command)
+            os._exit(code)
+        limit(spec)
+    except (SetupError, OSError) as exc:
+        sys.stderr.write(f"kfbot sandbox: {exc}\n")
+        os._exit(SETUP_FAILED)
+    start(spec, command)
+
+
+# ---- the command ------------------------------------------------------------------------
+
+
+def limit(spec: dict[str, Any]) -> None:
+    size = int(spec["file_bytes"])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def start(spec: dict[str, Any], command: list[str]) -> None:
+    env = {**os.environ, **spec["env"]}
+    os.chdir(spec["cwd"])  # after the mounts: the path now leads to the bound folder
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        sys.stderr.write(f"kfbot sandbox: cannot run {command[0]}: {exc.strerror}\n")
+        os._exit(127)
+
+
+def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
+    """Start the command and reap every process until it ends; its status."""
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            drop_privileges(int(spec["uid"]), int(spec["gid"]))
+            limit(spec)
+        except OSError as exc:
+            sys.stderr.write(f"kfbot sandbox: {exc}\n")
+            os._exit(SETUP_FAILED)
+        start(spec, command)
+    os.closerange(3, 1 << 16)  # the command's pipes must close when the command does
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return SETUP_FAILED
+        except InterruptedError:
+            continue
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """Enter a nested user namespace where the caller's own ids are mapped back: the
+    command then holds no capability over the mounts made here, which stay as they are."""
+    if _libc.unshare(CLONE_NEWUSER) != 0:
+        raise _os_error("unshare(CLONE_NEWUSER)")
+    _write("/proc/self/uid_map", f"{uid} 0 1\n")
+    _write("/proc/self/setgroups", "deny\n")
+    _write("/proc/self/gid_map", f"{gid} 0 1\n")
+
+
+# ---- the mounts (unshare mode) ----------------------------------------------------------
+
+
+def build_namespace(spec: dict[str, Any]) -> None:
+    hidden = tuple(spec["hide"])
+    covered = ("/proc", "/dev", *hidden)
+    mounts = [m for m in mount_points() if not _under(m, covered)]
+    # Opened before anything covers them: /tmp's folders, the device nodes.
+    binds = [(path, mode, _open_path(path)) for path, mode in spec["binds"]]
+    devices = [(path, _open_path(path)) for path in _device_paths(spec["devices"])]
+    mount_proc()
+    for point in mounts:
+        remount(point, read_only=True)
+    mount_dev(devices, int(spec["shm_bytes"]))
+    for root in hidden:
+        size = int(spec["tmp_bytes"]) if root == "/tmp" else 1 << 20
+        _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    for path, mode, fd in binds:
+        bind(fd, path, read_only=mode == "ro")
+        os.close(fd)
+
+
+def mount_points() -> list[str]:
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            points.append(_unescape(line.split()[4]))
+    return sorted(set(points), key=lambda p: (p.count("/"), p))
+
+
+def mount_proc() -> None:
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    for name in _PROC_READ_ONLY:
+        path = f"/proc/{name}"
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC, None)
+            remount(path, read_only=True)
+
+
+def mount_dev(devices: list[tuple[str, int]], shm_bytes: int) -> None:
+    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "size=1m,mode=755")
+    for path, fd in devices:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "ab").close()
+        bind(fd, path, read_only=False)
+        os.close(fd)
+    os.makedirs("/dev/shm")
+    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_bytes},mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"/dev/{name}")
+
+
+def bind(fd: int, path: str, read_only: bool) -> None:
+    """Bind what `fd` holds onto `path` (made first where a tmpfs covers it)."""
+    if not os.path.lexists(path):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "ab").close()
+    _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+    remount(path, read_only)
+
+
+def remount(point: str, read_only: bool) -> None:
+    try:
+        kept = os.statvfs(point).f_flag & _KEPT_FLAGS
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
+            return  # a mount under a path this process cannot reach is out of reach inside
+        raise
+    flags = MS_BIND | MS_REMOUNT | kept | (MS_RDONLY if read_only else 0)
+    _mount(None, point, None, flags, None)
+
+
+def _device_paths(wanted: list[str]) -> list[str]:
+    return [p for p in (*(f"/dev/{n}" for n in _DEVICES), *wanted) if os.path.exists(p)]
+
+
+def _open_path(path: str) -> int:
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SetupError(f"cannot open {path}: {exc.strerror}") from None
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None) -> None:
+    args = [None if s is None else os.fsencode(s) for s in (source, target, fstype, data)]
+    if _libc.mount(args[0], args[1], args[2], ctypes.c_ulong(flags), args[3]) != 0:
+        what = f"mount {fstype or 'bind'} on {target}"
+        raise SetupError(f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as f:
+        f.write(text)
+
+
+def _os_error(what: str) -> OSError:
+    number = ctypes.get_errno()
+    return OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _unescape(field: str) -> str:
+    # mountinfo writes space, tab, newline and backslash as octal escapes.
+    for code in ("040", "011", "012", "134"):
+        field = field.replace("\\" + code, chr(int(code, 8)))
+    return field
+
+
+if __name__ == "__main__":
+    main(sys.argv)

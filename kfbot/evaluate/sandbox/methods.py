@@ -1,0 +1,145 @@
+"""The ways kfbot can put a process in its own PID and mount namespaces, tried in order:
+bubblewrap, then `unshare` with a user namespace. `detect()` tries each on a harmless
+command and returns a `Sandbox`: the one that works, with what was tried before it and
+why that failed, or method "none" with every reason.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kfbot.evaluate.sandbox.view import HIDDEN, View
+
+Method = Literal["bwrap", "unshare", "none"]
+
+LAUNCHER = str(Path(__file__).resolve().with_name("launch.py"))
+# The disk a sandboxed process may fill: its private /tmp and /dev/shm live in memory
+# and are capped; any one file it writes elsewhere (a writable folder) is capped too.
+TMP_BYTES = 4 << 30
+SHM_BYTES = 1 << 30
+FILE_BYTES = 8 << 30
+_PROBE_TIMEOUT_S = 20.0
+# A command killed by signal N comes back as 128 + N through the sandbox's init.
+_SIGNALLED = range(129, 129 + 64)
+
+INSTALL = {
+    "bwrap": "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)",
+    "unshare": "allow user namespaces (sysctl kernel.unprivileged_userns_clone=1 and "
+               "user.max_user_namespaces > 0; on Ubuntu 24.04 also "
+               "kernel.apparmor_restrict_unprivileged_userns=0), or run in a container "
+               "started with a seccomp profile that permits unshare",
+}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A method tried, and why it cannot be used here."""
+
+    method: str
+    problem: str
+
+    def line(self) -> str:
+        return f"{self.method}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How kfbot confines untrusted processes on this machine."""
+
+    method: Method
+    tool: str | None  # the program that makes the namespaces
+    failed: tuple[Attempt, ...] = ()  # methods tried before this one
+
+    @property
+    def available(self) -> bool:
+        return self.method != "none"
+
+    def command(self, argv: Sequence[str], view: View) -> list[str]:
+        """`argv` as it runs inside the sandbox, seeing `view`."""
+        if self.tool is None:
+            return list(argv)
+        spec = {"mode": self.method, "cwd": view.cwd, "file_bytes": FILE_BYTES,
+                "env": {"TMPDIR": "/tmp"}}
+        if self.method == "bwrap":
+            return [*_bwrap(self.tool, view), *_launch(spec), *argv]
+        spec.update({"uid": os.getuid(), "gid": os.getgid(), "tmp_bytes": TMP_BYTES,
+                     "shm_bytes": SHM_BYTES, "hide": list(HIDDEN), "devices": gpu_devices(),
+                     "binds": [list(b) for b in view.binds]})
+        return [self.tool, "--user", "--map-root-user", "--mount", "--pid", "--fork",
+                "--kill-child", "--propagation", "private", "--", *_launch(spec), *argv]
+
+    def exit_code(self, code: int) -> int:
+        """The command's own exit status: negative for a signal, as subprocess gives it."""
+        return 128 - code if self.tool is not None and code in _SIGNALLED else code
+
+    def summary(self) -> str:
+        """One line: what is used, or what was tried."""
+        if self.available:
+            return f"sandbox: {self.method} ({self.tool})"
+        return "no sandbox: " + "; ".join(a.line() for a in self.failed)
+
+    def advice(self) -> str:
+        """What to install or allow so that a sandbox works here."""
+        return "; or ".join(INSTALL[a.method] for a in self.failed if a.method in INSTALL)
+
+
+def detect() -> Sandbox:
+    """The first method that runs a command here, with why each before it failed."""
+    failed: list[Attempt] = []
+    for method in ("bwrap", "unshare"):
+        tool = shutil.which(method)
+        if tool is None:
+            failed.append(Attempt(method, f"`{method}` is not on PATH"))
+            continue
+        box = Sandbox(method, tool, tuple(failed))
+        problem = _probe(box)
+        if problem is None:
+            return box
+        failed.append(Attempt(method, problem))
+    return Sandbox("none", None, tuple(failed))
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA device nodes: what CUDA opens."""
+    return sorted(glob.glob("/dev/nvidia*"))
+
+
+def _probe(box: Sandbox) -> str | None:
+    """Why `box` cannot run a command here, or None when it can."""
+    probe = [sys.executable, "-I", "-S", "-c", "import os; os.listdir('/proc/1')"]
+    command = box.command(probe, View.of("/"))
+    try:
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=_PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{box.tool} could not be started: {exc}"
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    return said[-1] if said else f"{box.tool} exited with code {done.returncode}"
+
+
+def _bwrap(tool: str, view: View) -> list[str]:
+    args = [tool, "--unshare-user", "--unshare-pid", "--die-with-parent", "--new-session",
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    for device in gpu_devices():
+        args += ["--dev-bind", device, device]
+    args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+             "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+             "--size", str(1 << 20), "--tmpfs", "/run"]
+    for path, mode in view.binds:
+        args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
+    return [*args, "--chdir", view.cwd, "--"]
+
+
+def _launch(spec: dict[str, object]) -> list[str]:
+    return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(spec)]

@@ -1,0 +1,101 @@
+"""Whether untrusted code may run here, and how: the one place every spawn point asks.
+
+The sandbox is found once per kfbot process. Where none works, kfbot refuses to run
+untrusted code while it holds a secret (a token, a key: anything the untrusted code could
+read out of it), unless the person running it allowed that in so many words
+(`--allow-unsandboxed`, `KFBOT_ALLOW_UNSANDBOXED=1`, `sandbox.allow_unsandboxed: true`).
+Without a secret it runs unsandboxed and says so once: a developer's own machine, their
+own repository.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.evaluate.sandbox.environment import is_secret_name
+from kfbot.evaluate.sandbox.methods import Sandbox, detect
+from kfbot.evaluate.sandbox.view import View
+
+ALLOW_VARIABLE = "KFBOT_ALLOW_UNSANDBOXED"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_found: Sandbox | None = None
+_allowed = False
+_secrets: tuple[str, ...] | None = None
+_noted = False
+
+
+def configure(allow_unsandboxed: bool, secrets: Iterable[str]) -> None:
+    """What the command was told (`allow_unsandboxed`) and the names of the secrets this
+    process holds (from the environment it started with, before it shed them)."""
+    global _allowed, _secrets
+    _allowed = allow_unsandboxed
+    _secrets = tuple(sorted(secrets))
+
+
+def held_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The variables of `env` that hold a secret (by name, non-empty)."""
+    return tuple(sorted(n for n, v in env.items() if v.strip() and is_secret_name(n)))
+
+
+def sandbox() -> Sandbox:
+    """The sandbox of this machine, found on first use."""
+    global _found
+    with _lock:
+        if _found is None:
+            _found = detect()
+        return _found
+
+
+def confined(argv: Sequence[str], cwd: str | Path, writable: Iterable[str | Path] = (),
+             readable: Iterable[str | Path] = (),
+             env: Mapping[str, str] | None = None) -> list[str]:
+    """`argv` as it must run: in the sandbox, seeing `cwd` and `readable` and writing only
+    `writable` (and its private /tmp and home); `env` is the environment it will get, in
+    which paths it is handed are found. Raises KfbotError where there is no sandbox and a
+    secret is held, unless that was allowed."""
+    box = sandbox()
+    if not box.available:
+        _unconfined(box)
+        return list(argv)
+    return box.command(argv, View.of(cwd, writable, readable, argv, env))
+
+
+def exit_code(code: int) -> int:
+    """The confined command's own exit status (negative: the signal that killed it)."""
+    return sandbox().exit_code(code)
+
+
+def allowed_unsandboxed() -> bool:
+    return _allowed or os.environ.get(ALLOW_VARIABLE, "").strip().lower() in _TRUE
+
+
+def refusal(box: Sandbox, secrets: Sequence[str]) -> str:
+    """Why kfbot will not run the repository's code here, and what fixes it."""
+    return (f"kfbot will not run the repository's code or candidates outside a sandbox "
+            f"while it holds secrets ({', '.join(secrets)}): the code could read them from "
+            f"kfbot's memory. Tried: {'; '.join(a.line() for a in box.failed)}. To fix: "
+            f"{box.advice()}. To run unsandboxed anyway, knowing the code can take those "
+            f"secrets: --allow-unsandboxed, {ALLOW_VARIABLE}=1, or `allow-unsandboxed: true` "
+            "in the Action")
+
+
+def _unconfined(box: Sandbox) -> None:
+    global _noted
+    secrets = _secrets if _secrets is not None else held_secrets(os.environ)
+    if secrets and not allowed_unsandboxed():
+        raise KfbotError(refusal(box, secrets), EXIT_MISSING_TOOL)
+    with _lock:
+        if _noted:
+            return
+        _noted = True
+    held = f"; it holds {', '.join(secrets)} (allowed)" if secrets else ""
+    _log.warning("running the repository's code without a sandbox (%s)%s; %s",
+                 "; ".join(a.line() for a in box.failed), held, box.advice())
