@@ -144,7 +144,8 @@ def _run_script(python: str, root: Path, script: str, env: Mapping[str, str],
     path = root / script
     command = harness.command(python, "script", str(path))
     log = tmp / f"script-{len(list(tmp.glob('script-*.log')))}.log"
-    ran = run_process(command, path.parent, env, _left(deadline), log, writable=[tmp])
+    ran = run_process(command, path.parent, env, _left(deadline), log, writable=[tmp],
+                      readable=[root])
     return ProcessRun("script", script, Path(script).parent.as_posix(), ran)
 
 

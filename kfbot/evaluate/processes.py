@@ -61,10 +61,12 @@ def run_process(
     log: Path,
     output_cap: int = OUTPUT_CAP_BYTES,
     writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
 ) -> Ran:
     """Run `command` to its end (or its limits), then kill what is left of its group.
-    It may write only `writable` (the rest is read-only, /tmp is private)."""
-    argv = confined(command, cwd, writable, env=env)
+    It may write only `writable`; the rest is read-only, and /tmp private but for `cwd`,
+    `readable` and what the command and `env` name."""
+    argv = confined(command, cwd, writable, readable, env)
     started = time.monotonic()
     with log.open("wb") as sink:
         proc = subprocess.Popen(
