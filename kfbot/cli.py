@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kfbot import __version__, extras
@@ -28,6 +29,19 @@ COMMANDS = ("scan", "verify", "bench", "optimize", "reproduce", "lessons", "chec
 # Commands that run untrusted code (candidates, the repository's tests and scripts) or
 # hold a token: they start with a clean environment (see kfbot.credentials).
 PROTECTED = frozenset({"verify", "bench", "optimize", "reproduce", "action"})
+# Commands that run untrusted code: they take --allow-unsandboxed and read
+# `sandbox.allow_unsandboxed` from the repository's config (see kfbot.evaluate.sandbox).
+RUNS_CODE = frozenset({"verify", "bench", "optimize", "reproduce", "hook"})
+# What a command that holds a secret will import later, imported before any untrusted
+# process starts: were kfbot's environment writable to that code (no sandbox, allowed),
+# a module it replaced would otherwise run inside kfbot, beside the secrets.
+PRELOADED = {
+    "optimize": ("kfbot.search", "kfbot.github", "anthropic", "anthropic.resources",
+                 "anthropic.types", "github", "httpx", "ssl", "encodings.idna"),
+    "action": ("kfbot.search", "kfbot.github", "kfbot.commands", "anthropic",
+               "anthropic.resources", "anthropic.types", "github", "httpx", "ssl",
+               "encodings.idna"),
+}
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -78,7 +92,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             log.debug("kfbot %s left out: %s", name, missing)
             continue
         module.add_parser(sub)
+        if name in RUNS_CODE and name != "hook":
+            _add_sandbox_argument(sub.choices[name])
     return parser
+
+
+def _add_sandbox_argument(p: argparse.ArgumentParser) -> None:
+    from kfbot.evaluate.sandbox.policy import ALLOW_VARIABLE
+
+    p.add_argument("--allow-unsandboxed", action="store_true",
+                   help="where no sandbox works here, run the repository's code and "
+                        f"candidates even while kfbot holds a secret (also {ALLOW_VARIABLE}=1)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     _logging(getattr(args, "verbose", 0))
     try:
+        if command in RUNS_CODE or command == "action":
+            _sandbox_policy(args, command)
         return int(args.run(args))
     except KfbotError as exc:
         return _failed(exc)
@@ -112,6 +138,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _sandbox_policy(args: argparse.Namespace, command: str) -> None:
+    """Before any untrusted process: whether it may run unsandboxed, the secrets this
+    process holds, and (with a secret) what it will import later, imported before the
+    first untrusted process starts."""
+    from kfbot import credentials
+    from kfbot.evaluate.sandbox import configure, held_secrets
+
+    allow = bool(getattr(args, "allow_unsandboxed", False)) or _config_allows(args, command)
+    secrets = held_secrets(credentials.original_environment())
+    later = PRELOADED.get(command, ()) if secrets else ()
+    configure(allow, secrets, lambda: credentials.preload(later))
+
+
+def _config_allows(args: argparse.Namespace, command: str) -> bool:
+    """`sandbox.allow_unsandboxed` of the repository's config. Never in the Action, where
+    the checkout may be a pull request's; a config that does not load allows nothing (the
+    command reports it when it loads it)."""
+    from kfbot.config import load_config
+
+    repo = getattr(args, "repo", None)
+    if command == "action" or not isinstance(repo, Path):
+        return False
+    try:
+        return load_config(getattr(args, "config", None), repo.resolve()).sandbox.allow_unsandboxed
+    except KfbotError:
+        return False
 
 
 def _failed(exc: KfbotError) -> int:

@@ -171,6 +171,17 @@ class GithubConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """Where untrusted code runs when this machine has no sandbox (command line only: in
+    the Action a pull request could change this file, so there the workflow's
+    `allow-unsandboxed` input decides)."""
+
+    # Run the repository's code and candidates unsandboxed even while kfbot holds a
+    # secret (a token, the Anthropic key), which that code could then read.
+    allow_unsandboxed: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole file; `Config()` is what a repository without one gets."""
 
@@ -178,6 +189,7 @@ class Config:
     scan: ScanConfig = field(default_factory=ScanConfig)
     tasks: tuple[TaskConfig, ...] = ()
     github: GithubConfig = field(default_factory=GithubConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     # The file it was loaded from, relative to the root when inside it; None for defaults.
     path: str | None = field(default=None, compare=False, metadata=NOT_YAML)
 

@@ -12,12 +12,23 @@ them (the GitHub client, the one `git push`, the Anthropic client) from memory.
 What stays in the environment: the variables untrusted code may see anyway (see
 `kfbot.evaluate.sandbox`), the runner's non-secret `GITHUB_*`/`RUNNER_*`/`INPUT_*`
 variables, kfbot's own settings, where output goes, and proxies without a password.
+
+The secrets are then in this process's memory only. The process is made not dumpable
+(`prctl(PR_SET_DUMPABLE, 0)`): another process of the same user can neither attach to
+it nor read its `/proc/<pid>/mem`, and its `/proc` files belong to root. And before the
+first untrusted process starts, the modules the command will need later are imported
+(`preload`), so that nothing it imports afterwards comes from files that code could
+have changed.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib
+import importlib.util
 import json
 import os
+import pkgutil
 import sys
 import tempfile
 import urllib.parse
@@ -63,16 +74,39 @@ def protect(argv: Sequence[str] | None = None) -> None:
     fd = os.environ.pop(CARRIER, None)
     if fd is not None:
         _original = _receive(int(fd))
+        not_dumpable()
         return
     clean = clean_environment(os.environ)
     if clean == dict(os.environ):
         _original = dict(os.environ)
+        not_dumpable()
         return
     carried = _carrier(json.dumps(dict(os.environ)).encode())
     sys.stdout.flush()
     sys.stderr.flush()
     command = list(argv) if argv is not None else [sys.executable, *sys.orig_argv[1:]]
     os.execve(command[0], command, {**clean, CARRIER: str(carried)})
+
+
+def not_dumpable() -> None:
+    """No core dump, no ptrace attach and no `/proc/<pid>/mem` for others of this user.
+    Reset by every exec, so set in the process that holds the secrets."""
+    pr_set_dumpable = 4
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(number)}")
+
+
+def preload(names: Sequence[str]) -> None:
+    """Import `names` (a package with every module in it) that are installed."""
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            continue
+        module = importlib.import_module(name)
+        if name.startswith("kfbot.") and hasattr(module, "__path__"):
+            for found in pkgutil.walk_packages(module.__path__, f"{name}."):
+                importlib.import_module(found.name)
 
 
 def _carrier(data: bytes) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
@@ -30,19 +30,30 @@ _found: Sandbox | None = None
 _allowed = False
 _secrets: tuple[str, ...] | None = None
 _noted = False
+_before_first: Callable[[], None] | None = None
 
 
-def configure(allow_unsandboxed: bool, secrets: Iterable[str]) -> None:
-    """What the command was told (`allow_unsandboxed`) and the names of the secrets this
-    process holds (from the environment it started with, before it shed them)."""
-    global _allowed, _secrets
+def configure(allow_unsandboxed: bool, secrets: Iterable[str],
+              before_first: Callable[[], None] | None = None) -> None:
+    """What the command was told (`allow_unsandboxed`), the names of the secrets this
+    process holds (from the environment it started with, before it shed them), and what
+    to do once before the first untrusted process starts."""
+    global _allowed, _secrets, _before_first
     _allowed = allow_unsandboxed
     _secrets = tuple(sorted(secrets))
+    _before_first = before_first
 
 
 def held_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The variables of `env` that hold a secret (by name, non-empty)."""
-    return tuple(sorted(n for n, v in env.items() if v.strip() and is_secret_name(n)))
+    """The variables of `env` that hold a secret: named like one, and with a value that is
+    not the path of something on disk (`SSH_AUTH_SOCK`, `XAUTHORITY` say where a secret
+    is, which a sandbox hides or unsandboxed code can reach anyway)."""
+    return tuple(sorted(name for name, value in env.items() if is_secret_name(name)
+                        and value.strip() and not _names_a_path(value)))
+
+
+def _names_a_path(value: str) -> bool:
+    return value.startswith("/") and os.path.exists(value)
 
 
 def sandbox() -> Sandbox:
@@ -62,6 +73,7 @@ def confined(argv: Sequence[str], cwd: str | Path, writable: Iterable[str | Path
     which paths it is handed are found. Raises KfbotError where there is no sandbox and a
     secret is held, unless that was allowed."""
     box = sandbox()
+    _first_run()
     if not box.available:
         _unconfined(box)
         return list(argv)
@@ -85,6 +97,14 @@ def refusal(box: Sandbox, secrets: Sequence[str]) -> str:
             f"{box.advice()}. To run unsandboxed anyway, knowing the code can take those "
             f"secrets: --allow-unsandboxed, {ALLOW_VARIABLE}=1, or `allow-unsandboxed: true` "
             "in the Action")
+
+
+def _first_run() -> None:
+    global _before_first
+    with _lock:
+        todo, _before_first = _before_first, None
+        if todo is not None:
+            todo()
 
 
 def _unconfined(box: Sandbox) -> None:
