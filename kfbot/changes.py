@@ -307,7 +307,7 @@ class _Includes:
     def _resolved(self, path: str, include_dirs: Sequence[str]) -> list[str]:
         if path not in self.direct:
             try:
-                data = (self.root / path).read_bytes()
+                data = (self.root / path).read_bytes() if (self.root / path).is_file() else b""
             except OSError:
                 data = b""
             cuda = file_facts(self.root, path, data, self.cache)[0] if data else []

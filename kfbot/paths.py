@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kfbot.errors import KfbotError
 
+KFBOT_DIR = ".kfbot"  # kfbot's own folder in a repository: run folders, lessons
 # Entries a copy never needs: version control, caches and build outputs. Build outputs
 # are skipped so that tests in the copy import kfbot's build, never a stale one.
 DEFAULT_SKIP = frozenset({".git", "__pycache__", ".kfbot", ".venv", "venv", ".mypy_cache",
@@ -43,6 +44,36 @@ def resolve_inside(root: Path, rel: str, what: str = "path") -> Path:
     if not inside(root, path):
         raise KfbotError(f"{rel}: this {what} leads outside the repository "
                          f"(to {real(path)}); kfbot reads nothing outside {root}")
+    return path
+
+
+def file_argument(path: str) -> str:
+    """A file name as a compiler's argument: `./` before a relative one, so that a file
+    named `--options-file=o.cu` or `-Xcompiler=...` is a file, never an option."""
+    return path if os.path.isabs(path) or path.startswith("./") else f"./{path}"
+
+
+def plain_relative(path: str, what: str) -> str:
+    """`path` when it is relative and stays below its folder; a KfbotError for an
+    absolute path or a `..` part, before anything is written there."""
+    parts = path.replace("\\", "/").split("/")
+    if not path or path.startswith("/") or ".." in parts:
+        raise KfbotError(f"{what}: {path!r} is not a plain relative path (absolute, or with "
+                         "`..`); kfbot writes nothing outside the repository")
+    return path
+
+
+def kfbot_folder(root: Path, *parts: str) -> Path:
+    """`root/.kfbot/<parts>`: where kfbot writes run folders and lessons. Refused where
+    `.kfbot` or a folder below it is a link, which would have kfbot write wherever it
+    points."""
+    path = root / KFBOT_DIR
+    for part in ("", *parts):
+        path = path / part if part else path
+        if path.is_symlink():
+            raise KfbotError(f"{path.relative_to(root)}: is a symbolic link; kfbot writes its "
+                             "runs and lessons only into a real folder inside the repository "
+                             "(remove the link)")
     return path
 
 

@@ -40,7 +40,11 @@ def decode_source(data: bytes, rel: str) -> str:
 
 
 def read_source(path: Path, rel: str) -> str:
-    """The file's text, byte-exact (line endings kept); refuses a file that is not UTF-8."""
+    """The file's text, byte-exact (line endings kept); refuses a file that is not UTF-8,
+    and a FIFO, socket or device by that name (reading one may never end)."""
+    if path.exists() and not path.is_file():
+        raise KfbotError(f"{rel}: not a regular file (a FIFO, socket or device); kfbot reads "
+                         "sources only from regular files")
     return decode_source(path.read_bytes(), rel)
 
 

@@ -44,6 +44,7 @@ from kfbot.github.comments import Command, Settings, handle_comment, ignored_bec
 from kfbot.github.events import CommentEvent, PullRequestEvent, load_event
 from kfbot.github.prbody import run_url
 from kfbot.github.status import StatusComment
+from kfbot.paths import kfbot_folder
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
@@ -461,7 +462,7 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
     from kfbot.search.runfolder import reproduce_run
 
     settings = _optimize_settings(s)
-    run_dir = task.root / ".kfbot" / "runs" / f"{task.kernel_name}-{settings.seed}"
+    run_dir = kfbot_folder(task.root, "runs", f"{task.kernel_name}-{settings.seed}")
     with _engine(ctx, task) as engine:
         base = engine.baseline()
         if not base.ok:
@@ -475,7 +476,7 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                       "files only was correct and significantly faster", report)
     best = outcome.committed[0]  # the fastest candidate that changes files only
     today = datetime.date.today().isoformat()
-    lessons = tuple(lesson for lesson in read_lessons(task.root / DEFAULT_PATH)
+    lessons = tuple(lesson for lesson in read_lessons(kfbot_folder(task.root, DEFAULT_PATH.name))
                     if lesson.kernel == task.kernel_id and lesson.date == today)
     found = f"{task.kernel_name}: {best.speedup or 0:.2f}x"
     try:  # the patch alone, timed by a second timer: publishing needs it to agree

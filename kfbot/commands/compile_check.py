@@ -18,11 +18,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kfbot.evaluate.diagnostics import parse_compiler_output
 from kfbot.evaluate.model import Diagnostic
+from kfbot.evaluate.sandbox.environment import untrusted_env
+from kfbot.paths import file_argument
 from kfbot.scan import treesitter
 from kfbot.scan.model import BuildRecipe, Kernel
 
@@ -97,8 +99,11 @@ class _Nvcc:
         # A file, not a pipe: nothing reads the output until the scan is done, and a
         # full pipe would stall the compiler. Closed by `result`.
         self.log = tempfile.TemporaryFile()  # noqa: SIM115
+        # The repository's code is only parsed, but nvcc runs the host compiler and what
+        # the flags name: it gets the allowlisted environment, not the developer's.
         self.proc = subprocess.Popen(list(command), cwd=cwd, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=untrusted_env())
 
     def result(self) -> CompileResult:
         try:
@@ -116,7 +121,9 @@ class _Nvcc:
 
 def compile_result(file: str, returncode: int, output: str, seconds: float) -> CompileResult:
     """Read nvcc's output: errors with file and line, or why the file was not checked."""
-    errors = tuple(d for d in parse_compiler_output(output) if d.severity == "error")
+    # nvcc names the file as it was given (`./a.cu`); the report names it as git does.
+    errors = tuple(replace(d, file=d.file and d.file.removeprefix("./"))
+                   for d in parse_compiler_output(output) if d.severity == "error")
     header = next((m for d in errors if (m := _TORCH_HEADER.search(d.message))), None)
     if header is not None:
         return CompileResult(file, (), f"PyTorch's headers ({header['header']}) take about "
@@ -155,7 +162,8 @@ def nvcc_command(nvcc: str, file: str, recipe: BuildRecipe | None) -> list[str]:
         flags += front_end_flags(recipe.extra_cuda_cflags)
     own_std = any(f.startswith(("-std", "--std")) for f in flags)
     defaults = [f for f in TORCH_NVCC_FLAGS if not (own_std and f.startswith("-std"))]
-    return [nvcc, *FRONT_END, f"-arch={_arch()}", *defaults, *flags, "-o", os.devnull, file]
+    return [nvcc, *FRONT_END, f"-arch={_arch()}", *defaults, *flags, "-o", os.devnull,
+            file_argument(file)]
 
 
 def front_end_flags(flags: Sequence[str]) -> list[str]:

@@ -23,6 +23,7 @@ from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.steps import first_failure
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.paths import kfbot_folder
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.budget import Budget, Limits
@@ -120,7 +121,7 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
     if args.dry_run:
         return EXIT_OK
     run_id = args.resume or f"{task.kernel_name}-{settings.seed}"
-    run_dir = task.root / ".kfbot" / "runs" / run_id
+    run_dir = kfbot_folder(task.root, "runs", run_id)
     log.info("%s: run folder %s, executor %s, GPUs %s", task.kernel_id, run_dir,
              args.executor, gpus or "none visible")
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))

@@ -22,6 +22,7 @@ from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate.reproduction import Reproduction
+from kfbot.paths import kfbot_folder
 from kfbot.search.runfolder import read_record, reproduce_run
 
 
@@ -60,7 +61,7 @@ def _folder(run_dir: Path, repo: Path) -> Path:
     """RUN_DIR as a path, else as a run id of the repository."""
     if run_dir.is_dir() or len(run_dir.parts) > 1:
         return run_dir.resolve()
-    return (repo / ".kfbot" / "runs" / run_dir).resolve()
+    return kfbot_folder(repo, "runs", str(run_dir)).resolve()
 
 
 def _table(found: Reproduction, console: Console) -> None:

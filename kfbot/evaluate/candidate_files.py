@@ -10,7 +10,7 @@ from pathlib import Path
 from kfbot import git
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
-from kfbot.paths import inside
+from kfbot.paths import inside, plain_relative
 from kfbot.text import read_source
 
 
@@ -47,7 +47,7 @@ def _editable_named(name: str, editable: Sequence[str], path: Path) -> str:
 
 def _apply_patch(patch: Path, root: Path) -> dict[str, str]:
     """Apply to copies of the touched files; the user's working tree is never written."""
-    touched = _patched_paths(patch.read_text(errors="replace"))
+    touched = patched_paths(patch.read_text(errors="replace"), str(patch))
     with tempfile.TemporaryDirectory(prefix="kfbot-patch-") as tmp:
         for rel in touched:
             src, dst = root / rel, Path(tmp) / rel
@@ -62,10 +62,32 @@ def _apply_patch(patch: Path, root: Path) -> dict[str, str]:
                 if (Path(tmp) / rel).is_file()}
 
 
-def _patched_paths(text: str) -> list[str]:
-    paths = []
+# Header lines that name a file a patch reads or writes, and whether git's `a/`, `b/`
+# prefix comes before the name.
+_NAMING = (("--- ", True), ("+++ ", True), ("rename from ", False), ("rename to ", False),
+           ("copy from ", False), ("copy to ", False))
+
+
+def patched_paths(text: str, where: str) -> list[str]:
+    """The files the patch writes, each a plain relative path. Every file it names is
+    checked before anything is copied or created: an absolute path or a `..` part is a
+    KfbotError naming `where` (a patch must not make kfbot write outside its copy)."""
+    written = []
     for line in text.splitlines():
-        if line.startswith("+++ ") and not line.startswith("+++ /dev/null"):
-            name = line[4:].split("\t")[0].strip()
-            paths.append(name[2:] if name.startswith(("a/", "b/")) else name)
-    return list(dict.fromkeys(paths))
+        for head, prefixed in _NAMING:
+            if line.startswith(head):
+                name = _name(line[len(head):], prefixed)
+                if name is not None:
+                    plain_relative(name, where)
+                    if head in ("+++ ", "rename to ", "copy to "):
+                        written.append(name)
+    return list(dict.fromkeys(written))
+
+
+def _name(field: str, prefixed: bool) -> str | None:
+    name = field.split("\t")[0].strip()
+    if name.startswith('"') and name.endswith('"'):
+        name = name[1:-1]  # git quotes a name with unusual characters
+    if name == "/dev/null":
+        return None
+    return name[2:] if prefixed and name.startswith(("a/", "b/")) else name

@@ -27,9 +27,11 @@ from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_USAGE, KfbotError
 from kfbot.evaluate.build import BuildResult
 from kfbot.evaluate.candidate import ORIGINAL
+from kfbot.evaluate.candidate_files import patched_paths
 from kfbot.evaluate.engine import JOBS, Engine, EngineSettings
 from kfbot.evaluate.reproduction import Reproduction, Request, ShapeFigures
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.paths import plain_relative
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 
@@ -91,6 +93,10 @@ def _trees(top: Path, request: Request) -> Iterator[tuple[Path, Path]]:
 
 
 def _apply(tree: Path, request: Request) -> None:
+    # The run folder may come from elsewhere (an artifact): its names stay in the tree.
+    if request.prefix:
+        plain_relative(request.prefix.rstrip("/"), "the run's repository folder")
+    patched_paths(request.patch, "the run's patch")
     patch = tree.parent / "best.patch"
     patch.write_text(request.patch, encoding="utf-8")
     where = [f"--directory={request.prefix.rstrip('/')}"] if request.prefix else []

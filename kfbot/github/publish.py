@@ -50,6 +50,7 @@ from kfbot.github.api import (
 from kfbot.github.api import repository as open_repository
 from kfbot.github.markers import find_pr_marker, pr_marker
 from kfbot.github.prbody import Previous, PrReport, render, run_url, title
+from kfbot.paths import kfbot_folder
 from kfbot.search.archive import Individual
 from kfbot.search.branch import (
     TRAILER,
@@ -191,7 +192,7 @@ def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
         return PublishResult("skipped", "not published: no candidate that changes files "
                              f"only was faster (the winner sets build parameters: {names}, "
                              "which kfbot cannot commit as file changes)", branch)
-    experience = task.root / DEFAULT_PATH
+    experience = kfbot_folder(task.root, DEFAULT_PATH.name)
     lessons = tuple(lesson for lesson in (read_lessons(experience) if experience.is_file()
                                           else ()) if lesson.kernel == task.kernel_id)
     return publish(winner_of(task, outcome, islands, lessons, reproduction), settings)

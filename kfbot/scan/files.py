@@ -124,6 +124,11 @@ class _Walker:
         if entry.is_symlink() and not os.path.exists(entry.path):
             self.problems.append(Problem(rel, None, "broken symlink; skipped", "warning"))
             return
+        if not os.path.isfile(entry.path):
+            # A FIFO or a device would block the read, or never end it.
+            self.problems.append(Problem(rel, None, "not a regular file (a FIFO, socket or "
+                                         "device); not read", "warning"))
+            return
         real = _real_path(entry, parent_real)
         if self._outside(rel, real):
             return

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kfbot import git
 from kfbot.errors import KfbotError
+from kfbot.paths import kfbot_folder
 from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons
 from kfbot.text import write_source
 
@@ -174,7 +175,8 @@ def commit_detached(place: git.Place, base: str, files: Mapping[str, str], messa
         git.run(place.top, "worktree", "add", "--quiet", "--detach", str(tree), base)
         try:
             paths = _write_files(tree, place.rel_root, files)
-            added = _add_lessons(tree / place.rel_root / DEFAULT_PATH, lessons)
+            # The base may hold a `.kfbot` link: lessons go into a real folder only.
+            added = _add_lessons(kfbot_folder(tree / place.rel_root, DEFAULT_PATH.name), lessons)
             if added:
                 paths.append(str(place.rel_root / DEFAULT_PATH))
             git.run(tree, "add", "--force", "--", *paths)  # `.kfbot/` is often git-ignored

@@ -36,6 +36,7 @@ from kfbot.evaluate.report import to_json as evaluation_json
 from kfbot.evaluate.report import to_markdown as evaluation_markdown
 from kfbot.evaluate.scope import shared_names
 from kfbot.evaluate.task import KernelTask
+from kfbot.paths import kfbot_folder
 from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
 from kfbot.search.budget import Budget, Limits
@@ -258,10 +259,10 @@ def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.R
 
 def _known_lessons(task: KernelTask, gpu: str) -> tuple[str, ...]:
     """Lessons from earlier runs worth showing the LLM, most relevant first."""
-    path = task.root / DEFAULT_PATH
-    if not path.is_file():
-        return ()
     try:
+        path = kfbot_folder(task.root, DEFAULT_PATH.name)
+        if not path.is_file():
+            return ()
         found = relevant(read_lessons(path), task.kernel_id, gpu, limit=8)
     except KfbotError:
         return ()  # a damaged experience file must not stop the search; lessons says why
@@ -436,7 +437,7 @@ def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
                                 cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
                                 datetime.date.today().isoformat(),
                                 (f"candidate-{cand.short}",)))
-    append_lessons(task.root / ".kfbot" / "experience.md", found)
+    append_lessons(kfbot_folder(task.root, DEFAULT_PATH.name), found)
 
 
 def _task_text(task: KernelTask) -> str:

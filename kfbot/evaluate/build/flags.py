@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from kfbot.evaluate import torch_build
 from kfbot.evaluate.build.model import ObjectPlan, digest
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, nvcc_flags
+from kfbot.paths import file_argument
 from kfbot.scan.model import BuildRecipe
 
 CUDA_SUFFIXES = (".cu", ".cuh")  # torch's _is_cuda_file
@@ -141,7 +142,7 @@ def compile_command(
         *head,
         *_without_defines(pre, used),
         "-c",
-        source,
+        file_argument(source),
         "-o",
         OUTPUT,
         *_without_defines(post, used),
