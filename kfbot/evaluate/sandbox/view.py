@@ -42,10 +42,12 @@ class View:
            readable: Iterable[str | Path] = (), command: Sequence[str] = (),
            env: Mapping[str, str] | None = None) -> View:
         cwd = os.path.abspath(cwd)
-        rw = _existing([*writable, scratch_home()])
+        # A hidden root itself (or `/`) is never shown whole: it would undo the privacy.
+        rw = [p for p in _existing([*writable, scratch_home()]) if not _covers_hidden(p)]
         ro = _existing([cwd, *readable, *_kfbot_paths(), *_found(command, env or {}),
                         *_RUN_KEPT])
-        ro = [p for p in ro if _under(p, HIDDEN) and not _inside_any(p, rw)]
+        ro = [p for p in ro if _under(p, HIDDEN) and not _covers_hidden(p)
+              and not _inside_any(p, rw)]
         shielded = [p for p in _protected(rw) if _inside_any(p, rw)]
         binds = {p: "ro" for p in _outermost(ro)}
         binds.update({p: "rw" for p in _outermost(rw)})
@@ -104,6 +106,10 @@ def _existing(paths: Iterable[str | Path]) -> list[str]:
 def _outermost(paths: Sequence[str]) -> list[str]:
     """The paths not inside another of them."""
     return [p for p in paths if not any(q != p and _under(p, (q,)) for q in paths)]
+
+
+def _covers_hidden(path: str) -> bool:
+    return any(_under(root, (path,)) for root in HIDDEN)
 
 
 def _inside_any(path: str, roots: Sequence[str]) -> bool:

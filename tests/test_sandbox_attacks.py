@@ -1,0 +1,411 @@
+"""The code kfbot runs on purpose, attacking it: each attack planted where an attacker
+would plant it (a repository's `setup.py`, its test file, a candidate loaded by the GPU
+worker) and run through kfbot's own spawn points, in each sandbox this machine has:
+bubblewrap, and `unshare` (bubblewrap taken off PATH). None reaches a secret, writes
+kfbot's files, the checkout's `.git` or anything outside the folders it may write, and
+nothing it starts outlives the run. Where no sandbox works, kfbot refuses while it holds
+a secret.
+
+The attacks run in a separate kfbot process whose PATH decides the sandbox (a real
+condition, as on a runner without bubblewrap), and report what they could do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from process_table import running
+
+import kfbot
+from kfbot.evaluate.sandbox import ALLOW_VARIABLE, held_secrets
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "fixtures" / "example"
+SECRET = "ghs_sandboxAttackSecret0123456789"
+METHODS = ("bwrap", "unshare")
+PLANTED = "planted_by_attack"
+
+# What the planted code does, wherever it runs; {...} are filled in per run.
+ATTACK = """
+import glob, json, os, resource, subprocess, sys
+
+def attack(mark, git_config, outside):
+    report = {{}}
+
+    def attempt(name, path, mode="w"):
+        try:
+            with open(path, mode) as f:
+                f.write("planted\\n")
+            report[name] = "written"
+        except OSError as exc:
+            report[name] = exc.strerror
+
+    import kfbot
+    attempt("package", os.path.join(os.path.dirname(kfbot.__file__), {planted!r} + ".py"))
+    attempt("venv", os.path.join(sys.prefix, {planted!r} + ".pth"))
+    attempt("git_config", git_config, "a")
+    attempt("outside", outside)
+    attempt("tmp", "/tmp/" + mark)
+    environ = []
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            environ.append(open(path, "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+    report["environ"] = "\\n".join(environ)
+    report["pids"] = sorted(int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*"))
+    report["file_limit"] = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    tmp = os.statvfs("/tmp")
+    report["tmp_bytes"] = tmp.f_blocks * tmp.f_frsize
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", mark],
+                              start_new_session=True, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    report["daemon"] = daemon.pid
+    return report
+"""
+SETUP_PY = ATTACK + """
+report = attack({mark!r}, {git_config!r}, {outside!r})
+report["copy"] = open("written-in-the-copy.txt", "w").write("the copy is writable")
+with open("attack.json", "w") as f:
+    json.dump(report, f)
+"""
+TEST_PY = ATTACK + """
+def test_attack():
+    report = attack({mark!r}, ".git/config", {outside!r})
+    try:
+        open("planted_in_checkout.py", "w").write("x")
+        report["checkout"] = "written"
+    except OSError as exc:
+        report["checkout"] = exc.strerror
+    print("ATTACK " + json.dumps(report))
+"""
+
+DRIVER_SETUP = """
+import json, sys
+from pathlib import Path
+from kfbot.evaluate.processes import run_process
+from kfbot.evaluate.repository_build import setup_py_fallback
+from kfbot.evaluate.sandbox import sandbox, untrusted_env
+from kfbot.scan.model import BuildRecipe
+root, scratch = Path(sys.argv[1]), Path(sys.argv[2])
+recipe = BuildRecipe(kind="setup_py", name="pkg._C", file="setup.py", line=1)
+fallback = setup_py_fallback(root, recipe, scratch, timeout_s=120)
+crash = run_process(["sh", "-c", "kill -SEGV $$"], scratch, untrusted_env(), 30,
+                    scratch / "crash.log")
+print(json.dumps({"method": sandbox().method, "why": fallback.why,
+                  "tail": fallback.evidence(), "crash": crash.exit_code}))
+"""
+DRIVER_CAPTURE = """
+import json, sys
+from pathlib import Path
+from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.sandbox import sandbox
+from kfbot.evaluate.signature import OpRef
+result = capture_signatures(Path(sys.argv[1]), ["tests/test_attack.py"],
+                            [OpRef.parse("myops.scale")], timeout_s=120)
+print(json.dumps({"method": sandbox().method, "tail": result.runs[0].ran.tail}))
+"""
+DRIVER_WORKER = """
+import json, sys
+from kfbot.evaluate.sandbox import sandbox
+from kfbot.evaluate.worker import WorkerSession
+folder, repo, mark, outside = sys.argv[1:5]
+with WorkerSession(python_path=[folder], cwd=repo, startup_timeout_s=120) as session:
+    result = session.call("planted_job:attack_job",
+                          {"mark": mark, "git_config": repo + "/.git/config",
+                           "outside": outside}, 120)
+print(json.dumps({"method": sandbox().method, "status": result.status,
+                  "reason": result.reason, "value": result.value}))
+"""
+
+
+# ---- the machine's sandboxes, chosen by PATH ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bare_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """PATH as on a runner without bubblewrap and without unshare."""
+    return _path_without(tmp_path_factory.mktemp("bin-bare"), {"bwrap", "unshare"})
+
+
+@pytest.fixture(scope="module", params=METHODS)
+def method_path(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(method, PATH) under which kfbot picks that sandbox; skipped where it cannot."""
+    method = str(request.param)
+    path = os.environ["PATH"] if method == "bwrap" else \
+        _path_without(tmp_path_factory.mktemp("bin-no-bwrap"), {"bwrap"})
+    found = _detect(path)
+    if found["method"] != method:
+        pytest.skip(f"{method} does not work here: {found['failed'] or found['method']}")
+    return method, path
+
+
+def _path_without(folder: Path, left_out: set[str]) -> str:
+    """A folder of links to every program on PATH but `left_out` (and kfbot's python)."""
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            link = folder / name
+            if name not in left_out and not link.exists() and \
+                    os.access(os.path.join(directory, name), os.X_OK):
+                link.symlink_to(os.path.join(directory, name))
+    return str(folder)
+
+
+def _detect(path: str) -> dict[str, Any]:
+    code = ("import json; from kfbot.evaluate.sandbox import detect; box = detect(); "
+            "print(json.dumps({'method': box.method, 'failed': [a.line() for a in box.failed],"
+            " 'advice': box.advice()}))")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PATH": path},
+                          capture_output=True, text=True, timeout=120, check=True)
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def _drive(driver: str, path: str, *args: str) -> dict[str, Any]:
+    """Run kfbot's code in a process of its own that holds a secret in its environment."""
+    env = {**os.environ, "PATH": path, "GITHUB_TOKEN": SECRET, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", driver, *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.fixture(scope="module")
+def secret_holder() -> Iterator[None]:
+    """Another process that holds the secret in its environment, as `git push` does."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              env={"PATH": os.environ["PATH"], "GH_TOKEN": SECRET})
+    yield
+    holder.kill()
+    holder.wait()
+
+
+def _planted_files() -> list[Path]:
+    return [Path(kfbot.__file__).parent / f"{PLANTED}.py", Path(sys.prefix) / f"{PLANTED}.pth"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_what_an_escape_planted() -> Iterator[None]:
+    yield
+    for path in _planted_files():  # only there if an attack got through
+        path.unlink(missing_ok=True)
+
+
+def _checkout(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-qm", "fixture"], cwd=root, check=True)
+    return root
+
+
+def _fill(template: str, **values: str) -> str:
+    return template.format(planted=PLANTED, **values)
+
+
+# ---- a repository's setup.py, run by the repository build ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def setup_attack(method_path: tuple[str, str], secret_holder: None,
+                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    method, path = method_path
+    tmp = tmp_path_factory.mktemp(f"setup-{method}")
+    mark = f"daemon-{method}-{tmp.name}-{os.getpid()}"
+    root = tmp / "repo"
+    root.mkdir()
+    git_config = root / ".git" / "config"
+    outside = tmp / "outside.txt"
+    setup = _fill(SETUP_PY, mark=mark, git_config=str(git_config), outside=str(outside))
+    _checkout(root, {"setup.py": setup, "pkg/__init__.py": ""})
+    config_before = git_config.read_bytes()
+    ran = _drive(DRIVER_SETUP, path, str(root), str(tmp / "scratch"))
+    report = json.loads((tmp / "scratch" / "repo" / "attack.json").read_text())
+    return {"ran": ran, "report": report, "mark": mark, "outside": outside,
+            "config_before": config_before, "git_config": git_config, "method": method}
+
+
+def test_setup_py_runs_in_the_sandbox(setup_attack: dict[str, Any]) -> None:
+    assert setup_attack["ran"]["method"] == setup_attack["method"]
+    assert setup_attack["report"]["copy"] > 0  # it ran, and could write its own copy
+
+
+def test_setup_py_cannot_rewrite_kfbots_package_or_environment(
+        setup_attack: dict[str, Any]) -> None:
+    report = setup_attack["report"]
+    assert report["package"] == report["venv"] == "Read-only file system"
+    assert not any(path.exists() for path in _planted_files())
+
+
+def test_setup_py_cannot_edit_the_checkouts_git_config(setup_attack: dict[str, Any]) -> None:
+    # Not even seen here: the build runs in a copy, and this checkout lies in /tmp, which
+    # the sandbox makes private (the capture's test below runs in a checkout it sees).
+    assert setup_attack["report"]["git_config"] in ("Read-only file system",
+                                                    "No such file or directory")
+    assert setup_attack["git_config"].read_bytes() == setup_attack["config_before"]
+
+
+def test_setup_py_sees_no_process_of_kfbot_or_anyone_else(
+        setup_attack: dict[str, Any]) -> None:
+    report = setup_attack["report"]
+    assert SECRET not in report["environ"]
+    assert max(report["pids"]) < 100 and len(report["pids"]) <= 4  # its own namespace
+
+
+def test_setup_py_writes_nothing_outside_its_copy(setup_attack: dict[str, Any]) -> None:
+    report = setup_attack["report"]
+    # (Where the path lies in /tmp, the write may land in the sandbox's private /tmp.)
+    assert not setup_attack["outside"].exists()
+    assert report["tmp"] == "written"  # its private /tmp, which nobody else sees
+    assert not Path("/tmp", setup_attack["mark"]).exists()
+
+
+def test_a_setsid_daemon_does_not_outlive_the_build(setup_attack: dict[str, Any]) -> None:
+    assert setup_attack["report"]["daemon"] > 0  # it was started
+    assert not running(setup_attack["mark"])
+
+
+def test_the_sandbox_caps_files_and_tmp(setup_attack: dict[str, Any]) -> None:
+    from kfbot.evaluate.sandbox.methods import FILE_BYTES, TMP_BYTES
+
+    assert setup_attack["report"]["file_limit"] == FILE_BYTES
+    assert setup_attack["report"]["tmp_bytes"] == TMP_BYTES
+
+
+def test_a_crash_in_the_sandbox_reports_its_signal(setup_attack: dict[str, Any]) -> None:
+    assert setup_attack["ran"]["crash"] == -11  # SIGSEGV, not the 139 a shell would say
+
+
+# ---- a repository's test file, run by the capture ------------------------------------------
+
+
+def test_a_test_file_cannot_touch_the_checkout_or_see_kfbot(
+        method_path: tuple[str, str], secret_holder: None, tmp_path: Path) -> None:
+    method, path = method_path
+    mark = f"daemon-capture-{method}-{tmp_path.name}-{os.getpid()}"
+    outside = tmp_path / "outside.txt"
+    root = _checkout(tmp_path / "repo", {
+        "myops.py": "def scale(x, alpha=2.0):\n    return x * alpha\n",
+        "tests/test_attack.py": _fill(TEST_PY, mark=mark, outside=str(outside))})
+    config_before = (root / ".git" / "config").read_bytes()
+    ran = _drive(DRIVER_CAPTURE, path, str(root))
+    line = next(x for x in ran["tail"].splitlines() if x.startswith("ATTACK "))
+    report = json.loads(line.removeprefix("ATTACK "))
+    assert ran["method"] == method
+    assert report["git_config"] == report["checkout"] == "Read-only file system"
+    assert (root / ".git" / "config").read_bytes() == config_before
+    assert not (root / "planted_in_checkout.py").exists() and not outside.exists()
+    assert report["package"] == report["venv"] == "Read-only file system"
+    assert SECRET not in report["environ"]
+    assert not running(mark)
+
+
+# ---- a candidate's code, loaded by the GPU worker ------------------------------------------
+
+
+def test_a_candidate_in_the_worker_cannot_escape(
+        method_path: tuple[str, str], secret_holder: None, tmp_path: Path) -> None:
+    method, path = method_path
+    mark = f"daemon-worker-{method}-{tmp_path.name}-{os.getpid()}"
+    folder = tmp_path / "candidate"
+    folder.mkdir()
+    (folder / "planted_job.py").write_text(_fill(ATTACK) + (
+        "\ndef attack_job(payload):\n"
+        "    return attack(payload['mark'], payload['git_config'], payload['outside'])\n"))
+    root = _checkout(tmp_path / "repo", {"README.md": "a repository\n"})
+    outside = tmp_path / "outside.txt"
+    ran = _drive(DRIVER_WORKER, path, str(folder), str(root), mark, str(outside))
+    assert (ran["method"], ran["status"]) == (method, "ok"), ran["reason"]
+    report = ran["value"]
+    assert report["package"] == report["venv"] == report["git_config"] == "Read-only file system"
+    assert SECRET not in report["environ"]
+    assert not outside.exists() and not any(p.exists() for p in _planted_files())
+    assert not running(mark)  # the session closed: its namespace and the daemon with it
+
+
+# ---- no sandbox ----------------------------------------------------------------------------
+
+
+def test_without_any_sandbox_the_reasons_and_the_fix_are_named(bare_path: str) -> None:
+    found = _detect(bare_path)
+    assert found["method"] == "none"
+    assert found["failed"] == ["bwrap: `bwrap` is not on PATH", "unshare: `unshare` is not on PATH"]
+    assert "apt-get install bubblewrap" in found["advice"]
+    assert "user namespaces" in found["advice"]
+
+
+def _verify(path: str, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`kfbot verify` on a runner with `path`, holding no secret but those in `env`."""
+    left_out = {*held_secrets(os.environ), ALLOW_VARIABLE}
+    clean = {k: v for k, v in os.environ.items() if k not in left_out}
+    return subprocess.run(
+        [sys.executable, "-m", "kfbot", "verify", "saxpy_kernel", "--repo", str(EXAMPLE),
+         *extra], env={**clean, "PATH": path, **env}, capture_output=True, text=True,
+        timeout=600)
+
+
+def test_no_sandbox_and_a_secret_held_is_a_refusal(bare_path: str, tmp_path: Path) -> None:
+    done = _verify(bare_path, ANTHROPIC_API_KEY=SECRET, KFBOT_CACHE=str(tmp_path))
+    assert done.returncode == 3, done.stderr
+    assert "will not run the repository's code or candidates outside a sandbox" in done.stderr
+    assert "ANTHROPIC_API_KEY" in done.stderr and SECRET not in done.stderr
+    assert "bwrap: `bwrap` is not on PATH; unshare: `unshare` is not on PATH" in done.stderr
+    assert "apt-get install bubblewrap" in done.stderr and "--allow-unsandboxed" in done.stderr
+
+
+@pytest.mark.parametrize("allowed", [("--allow-unsandboxed",), ()])
+def test_allowed_or_without_a_secret_it_runs_unsandboxed_and_says_so(
+        bare_path: str, tmp_path: Path, allowed: tuple[str, ...]) -> None:
+    secret = {"ANTHROPIC_API_KEY": SECRET} if allowed else {}
+    done = _verify(bare_path, *allowed, KFBOT_CACHE=str(tmp_path), **secret)
+    assert "outside a sandbox" not in done.stderr
+    said = [line for line in done.stderr.splitlines()
+            if "running the repository's code without a sandbox" in line]
+    assert len(said) == 1, done.stderr  # said once, however many processes ran
+    assert ("ANTHROPIC_API_KEY (allowed)" in said[0]) == bool(allowed)
+
+
+# ---- kfbot's own memory --------------------------------------------------------------------
+
+# Opening the memory is the test (what a reader then seeks to is its own business).
+PEEK = ("import os\nfor name in ('mem', 'environ'):\n    try:\n"
+        "        open(f'/proc/{os.getppid()}/{name}', 'rb').close()\n"
+        "        print(name, 'opened')\n"
+        "    except OSError as exc:\n        print(name, exc.strerror)\n")
+HOLDER = ("import subprocess, sys\n{protect}"
+          "subprocess.run([sys.executable, '-c', {peek!r}], env={{'PATH': '/usr/bin:/bin'}})\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="runs kfbot as an unprivileged user: needs root and setpriv")
+@pytest.mark.parametrize("protected", [True, False])
+def test_kfbots_memory_is_out_of_reach_of_its_users_other_processes(protected: bool) -> None:
+    """As another user (root may read any memory): a child of kfbot of the same user can
+    open neither kfbot's memory nor its environment once kfbot protected itself."""
+    python = "/usr/bin/python3"
+    protect = "from kfbot.credentials import protect\nprotect()\n" if protected else ""
+    code = HOLDER.format(protect=protect, peek=PEEK)
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GITHUB_TOKEN": SECRET},
+        capture_output=True, text=True, timeout=120, cwd="/")
+    if "No module named" in done.stderr:
+        pytest.skip(f"{python} cannot import kfbot: {done.stderr.splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr
+    expected = "Permission denied" if protected else "opened"
+    assert done.stdout.split("\n")[:2] == [f"mem {expected}", f"environ {expected}"]
