@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +19,19 @@ import pytest
 import yaml
 from fake_github import FakeGitHub
 from test_action import ANTHROPIC_KEY, EXAMPLE, REPO, Harness, started_harness
-from test_publish import _evaluation, _git, _remote_head, _settings, _winner, repos
+from test_publish import LESSON, _evaluation, _git, _remote_head, _settings, _winner, repos
 
+from kfbot import git
 from kfbot.config import Config, load_config
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.candidate_files import load_candidate
+from kfbot.evaluate.candidate_files import load_candidate, patched_paths
 from kfbot.evaluate.task import make_task
 from kfbot.github.publish import publish
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.archive import Individual
-from kfbot.search.branch import write_branch
+from kfbot.search.branch import commit_detached, write_branch
 from kfbot.search.islands import SearchResult
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
@@ -361,3 +363,98 @@ def test_a_failing_worktree_keeps_the_report_and_the_patch(tmp_path: Path) -> No
     report = (run_dir / "report.md").read_text()
     assert "## Branch not written" in report and "worktree" in report
     assert json.loads((run_dir / "report.json").read_text())["best"] is not None
+
+
+# ---- files that are not what their names say -----------------------------------------------
+
+
+def _repo_with_commit(root: Path) -> Path:
+    root.mkdir(parents=True)
+    _git(root, "init", "-q")
+    (root / "README.md").write_text("kernels\n")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=D", "-c", "user.email=d@x", "commit", "-qm", "init")
+    return root
+
+
+def test_a_fifo_named_like_a_kernel_hangs_neither_scan_nor_check(tmp_path: Path) -> None:
+    root = _repo_with_commit(tmp_path / "repo")
+    (root / "k.cu").write_text("__global__ void k(float* x) { x[0] = 1; }\n")
+    os.mkfifo(root / "fifo.cu")  # nothing ever writes it: a read would wait forever
+    scan_run = subprocess.run([sys.executable, "-m", "kfbot", "scan", str(root)],
+                              capture_output=True, text=True, timeout=120)
+    assert scan_run.returncode == 0, scan_run.stderr
+    assert "fifo.cu: not a regular file (a FIFO, socket or device); not read" in scan_run.stdout
+    check = subprocess.run([sys.executable, "-m", "kfbot", "check", "fifo.cu", "k.cu"],
+                           cwd=root, capture_output=True, text=True, timeout=120)
+    assert check.returncode in (0, 1), check.stderr  # 1: no reference test; never a hang
+    assert "k.cu" in check.stdout
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_kernel_file_named_like_an_nvcc_option_stays_a_file(tmp_path: Path) -> None:
+    """`--options-file=o.opts.cu` as an argument makes nvcc read its options from the
+    repository: here `-ccbin ./evil`, which runs a program of the repository's."""
+    root = _repo_with_commit(tmp_path / "repo")
+    ran = root / "EVIL_RAN"
+    (root / "evil").write_text(f"#!/bin/sh\necho ran > {ran}\nexit 1\n")
+    (root / "evil").chmod(0o755)
+    (root / "k.cu").write_text("__global__ void k(float* x) { x[0] = 1; }\n")
+    (root / "o.opts.cu").write_text(f"-ccbin {root / 'evil'} k.cu\n")
+    (root / "--options-file=o.opts.cu").write_text("__global__ void k2(float* x) { }\n")
+    _git(root, "add", "-A")  # staged, as the pre-commit hook sees a change
+    check = subprocess.run([sys.executable, "-m", "kfbot", "check"], cwd=root,
+                           capture_output=True, text=True, timeout=300)
+    assert "--options-file=o.opts.cu: compiles" in check.stdout, check.stdout + check.stderr
+    assert not ran.exists()
+
+
+# ---- patches and kfbot's own folder --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["b/../{escape}/x.cu", "{outside}/x.cu"])
+def test_a_patch_naming_a_path_outside_is_refused_before_anything_is_written(
+        linked: Path, tmp_path: Path, name: str) -> None:
+    escape = f"escape-{tmp_path.name}"
+    target = name.format(escape=escape, outside=tmp_path / "outside-dir")
+    patch = tmp_path / "cand.patch"
+    patch.write_text(f"--- /dev/null\n+++ {target}\n@@ -0,0 +1 @@\n+planted\n")
+    with pytest.raises(KfbotError, match="is not a plain relative path"):
+        load_candidate(patch, linked, ("csrc/softmax.cu",))
+    assert not (Path(tempfile.gettempdir()) / escape).exists()
+    assert not (tmp_path / "outside-dir").exists()
+
+
+def test_a_renamed_file_outside_is_refused_too() -> None:
+    text = "diff --git a/x.cu b/x.cu\nrename from x.cu\nrename to ../../x.cu\n"
+    with pytest.raises(KfbotError, match=re.escape("'../../x.cu' is not a plain relative path")):
+        patched_paths(text, "run.patch")
+    assert patched_paths("--- a/x.cu\n+++ b/x.cu\n", "ok.patch") == ["x.cu"]
+
+
+def test_lessons_are_not_written_through_a_kfbot_link(repos: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
+    """A pull request commits `.kfbot` as a link: the lessons kfbot adds to its base must
+    not land where the link points."""
+    work, _ = repos
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, work / ".kfbot")
+    _git(work, "add", "-f", ".kfbot")
+    _git(work, "-c", "user.name=M", "-c", "user.email=m@x", "commit", "-qm", "link")
+    place = git.locate(work)
+    with pytest.raises(KfbotError, match=r"\.kfbot: is a symbolic link"):
+        commit_detached(place, "HEAD", {"csrc/softmax.cu": "// faster\n"}, "faster",
+                        lessons=(LESSON,))
+    assert list(outside.iterdir()) == []
+
+
+def test_a_run_folder_is_not_read_through_a_kfbot_link(tmp_path: Path) -> None:
+    root = _repo_with_commit(tmp_path / "repo")
+    outside = tmp_path / "outside" / "runs" / "r1"
+    outside.mkdir(parents=True)
+    os.symlink(tmp_path / "outside", root / ".kfbot")
+    done = subprocess.run([sys.executable, "-m", "kfbot", "reproduce", "r1", "--repo",
+                           str(root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert ".kfbot: is a symbolic link" in done.stderr
