@@ -150,7 +150,8 @@ def method_path(request: pytest.FixtureRequest,
 
 
 def _path_without(folder: Path, left_out: set[str]) -> str:
-    """A folder of links to every program on PATH but `left_out` (and kfbot's python)."""
+    """A folder of links to every program on PATH but `left_out`."""
+    folder.mkdir(exist_ok=True)
     for directory in os.environ["PATH"].split(os.pathsep):
         if not os.path.isdir(directory):
             continue
