@@ -8,7 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kfbot.evaluate.sandbox import allowed, python_module, scratch_home, untrusted_env
+from kfbot.evaluate.sandbox import (
+    View,
+    allowed,
+    held_secrets,
+    python_module,
+    scratch_home,
+    untrusted_env,
+)
 
 LEAKY = {
     "GITHUB_TOKEN": "ghs_x", "GH_PAT": "ghp_x", "PIP_INDEX_URL": "https://u:pw@pypi.example",
@@ -73,3 +80,24 @@ def test_kfbot_keeps_the_runner_variables_it_reads_and_no_secret() -> None:
     assert {"GITHUB_REPOSITORY", "GITHUB_EVENT_PATH", "RUNNER_TEMP", "INPUT_BUDGET",
             "RAY_ADDRESS", "HTTPS_PROXY", "HOME", *KEPT} <= set(clean)
     assert not {*LEAKY, "HTTP_PROXY", "ACTIONS_RUNTIME_TOKEN"} & set(clean)
+
+
+def test_a_view_shows_what_it_is_given_and_never_a_whole_hidden_root(tmp_path: Path) -> None:
+    writable, readable = tmp_path / "copy", tmp_path / "input"
+    (writable / ".git").mkdir(parents=True)
+    readable.mkdir()
+    view = View.of(tmp_path, writable=[writable, "/tmp"], readable=[readable, "/tmp", "/"],
+                   command=["sh", "-c", f"cat {readable}/x"], env={"TMPDIR": "/tmp"})
+    binds = dict(view.binds)
+    assert binds[str(writable)] == "rw" and binds[str(writable / ".git")] == "ro"
+    assert binds[str(tmp_path)] == "ro" and binds[scratch_home()] == "rw"
+    assert not {"/", "/tmp", "/run"} & set(binds)  # that would undo the private /tmp
+    order = [path for path, _ in view.binds]
+    assert order.index(str(writable)) < order.index(str(writable / ".git"))  # wins
+
+
+def test_held_secrets_are_values_not_paths(tmp_path: Path) -> None:
+    (tmp_path / "agent.sock").touch()
+    env = {"ANTHROPIC_API_KEY": "sk-ant-x", "GITHUB_TOKEN": "", "PATH": "/usr/bin",
+           "SSH_AUTH_SOCK": str(tmp_path / "agent.sock"), "INPUT_TOKEN": "ghs_x"}
+    assert held_secrets(env) == ("ANTHROPIC_API_KEY", "INPUT_TOKEN")
