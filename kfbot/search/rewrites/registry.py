@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from kfbot.search.rewrites.elementwise import grid_stride_loop, vectorize_float4
 from kfbot.search.rewrites.fastmath import fast_math_flags, fast_math_intrinsics
+from kfbot.search.rewrites.inline import inline_helpers
 from kfbot.search.rewrites.matmul import register_tiling, register_tiling_large
 from kfbot.search.rewrites.qualifiers import launch_bounds, restrict_pointers, unroll_constant_loops
 from kfbot.search.rewrites.reduction import warp_shuffle_reduction
@@ -22,7 +23,24 @@ from kfbot.search.rewrites.transpose import tiled_transpose
 SourceRewrite = Callable[[str, Target], "str | None"]
 ParamRewrite = Callable[[Mapping[str, str], Mapping[str, str]], "dict[str, str] | None"]
 
-SOURCE_REWRITES: dict[str, SourceRewrite] = {
+
+
+def through_helpers(fn: SourceRewrite) -> SourceRewrite:
+    """`fn` on the kernel with its helper device functions inlined (see `inline.py`),
+    else on the kernel as written. Inlined first: a row kernel whose statistics come
+    from helpers also has the shape as written, with each split thread running the
+    helper's whole loop alone."""
+    def rewrite(source: str, target: Target) -> str | None:
+        inlined = inline_helpers(source, target.kernel)
+        found = fn(inlined.source, target) if inlined is not None else None
+        return found if found is not None else fn(source, target)
+
+    rewrite.__name__ = getattr(fn, "__name__", "rewrite")
+    rewrite.__doc__ = fn.__doc__
+    return rewrite
+
+
+_STRUCTURAL: dict[str, SourceRewrite] = {
     "restrict_pointers": restrict_pointers,
     "launch_bounds": launch_bounds,
     "unroll_constant_loops": unroll_constant_loops,
@@ -37,6 +55,12 @@ SOURCE_REWRITES: dict[str, SourceRewrite] = {
     "register_tiling_large": register_tiling_large,
     "tiled_transpose": tiled_transpose,
 }
+# Every rewrite sees the kernel through its helpers; the qualifier ones change only the
+# kernel's own text, which inlining would rewrite for nothing.
+_OWN_TEXT = frozenset({"restrict_pointers", "launch_bounds", "unroll_constant_loops",
+                       "fast_math_intrinsics"})
+SOURCE_REWRITES: dict[str, SourceRewrite] = {
+    name: fn if name in _OWN_TEXT else through_helpers(fn) for name, fn in _STRUCTURAL.items()}
 PARAM_REWRITES: dict[str, ParamRewrite] = {
     "fast_math_flags": fast_math_flags,
 }
