@@ -53,7 +53,8 @@ from kfbot.search.islands import (
 from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
-from kfbot.search.params import Knob, knobs, space_size
+from kfbot.search.params import Knob, space_size
+from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
     best_so_far,
@@ -93,6 +94,8 @@ class Plan:
     rewrites: tuple[str, ...]  # ids of the rewrites that apply to the original
     llm: str  # "on" or why it is off
     settings: OptimizeSettings
+    # Tunables the scan found that do not reach the kernel, or cannot be traced, and why.
+    knob_notes: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         s = self.settings
@@ -107,18 +110,28 @@ class Plan:
             out += [f"  {k.name} ({k.kind}, {k.file}:{k.line}) = {k.current}, tries "
                     f"{', '.join(k.choices)}" for k in self.knobs]
         else:
-            out.append("params: no numeric tunables found")
+            out.append("params: no numeric tunables found that reach the kernel")
+        out += [f"  {note}" for note in self.knob_notes]
         out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
         out.append(f"llm: {self.llm}")
         return out
 
 
 def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
-    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites())
+    found = task_knobs(task)
+    mut = Mutators(task, found.knobs, load_rewrites())
     applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
                                 task.kernel_name, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
-    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
+    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes)
+
+
+def task_knobs(task: KernelTask) -> Reach:
+    """The tunables that reach the task's kernel, as knobs, and why others do not."""
+    files = {rel: read_source(task.root / rel, rel) for rel in task.editable_files
+             if (task.root / rel).is_file()}
+    return reaching_knobs(files, task.editable_files, task.kernel_name, task.tunables,
+                          shared_names(task))
 
 
 @dataclass
@@ -175,7 +188,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
-    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites(), llm,
+    mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
                    lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
