@@ -64,6 +64,7 @@ from kfbot.search.report import (
     unified_patch,
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
+from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
 from kfbot.search.winner import (
     Confirmed,
@@ -96,6 +97,8 @@ class Plan:
     settings: OptimizeSettings
     # Tunables the scan found that do not reach the kernel, or cannot be traced, and why.
     knob_notes: tuple[str, ...] = ()
+    # One line per rewrite: applies (through helpers or not), or why it does not.
+    rule_notes: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         s = self.settings
@@ -113,6 +116,7 @@ class Plan:
             out.append("params: no numeric tunables found that reach the kernel")
         out += [f"  {note}" for note in self.knob_notes]
         out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
+        out += [f"  {note}" for note in self.rule_notes]
         out.append(f"llm: {self.llm}")
         return out
 
@@ -123,7 +127,10 @@ def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
     applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
                                 task.kernel_name, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
-    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes)
+    why = explain_rewrites(mut.base_files(), task.editable_files, task.kernel_name,
+                           mut.rewrites)
+    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes,
+                tuple(why))
 
 
 def task_knobs(task: KernelTask) -> Reach:
