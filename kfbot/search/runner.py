@@ -42,6 +42,7 @@ from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor
 from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
 from kfbot.search.features import cell_of
+from kfbot.search.heldout import time_held_out
 from kfbot.search.islands import (
     Evaluate,
     IslandSearch,
@@ -54,6 +55,8 @@ from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, space_size
+from kfbot.search.pershape import held_out_slower, rows_of
+from kfbot.search.pershape import markdown as per_shape_markdown
 from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
@@ -161,6 +164,9 @@ class OptimizeOutcome:
     # The changes that led from the original to the committed candidate, first to last
     # (the candidate's own rationale is the last): what its speedup is owed to.
     lineage: tuple[str, ...] = ()
+    # The committed candidate verified and timed at held-out shapes (see `heldout`).
+    held_out: Evaluation | None = None
+    held_out_note: str = ""  # why held-out shapes were not timed, when they were not
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -216,18 +222,45 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
     confirmed = confirm(evaluations, mut.candidates, lambda c: executor.evaluate([c])[0][1])
-    committed = confirmed.committed
+    committed, held, held_note, held_miss = where_it_holds(engine, confirmed.committed)
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
                               adequacy=engine.adequacy(), committed=committed,
                               confirmation=confirmed,
-                              near_miss=None if committed else near_miss(evaluations,
-                                                                         mut.candidates),
+                              near_miss=held_miss or (None if committed else near_miss(
+                                  evaluations, mut.candidates)),
+                              held_out=held, held_out_note=held_note,
                               needs_parameters=needs_parameters(task, evaluations,
                                                                 mut.candidates, committed),
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
+                   ) -> tuple[tuple[Evaluation, Candidate] | None, Evaluation | None, str,
+                              str | None]:
+    """(what stays committed, its held-out evaluation, why none was made, why it is no
+    longer committed): a candidate significantly slower than the original at a held-out
+    shape is not committed without a size dispatch that keeps the original there."""
+    if committed is None:
+        return None, None, "", None
+    if not isinstance(engine, Engine):
+        return committed, None, "held-out shapes are timed only on the local GPU", None
+    held = time_held_out(engine, committed[1])
+    if held is None:
+        return committed, None, "no captured shape has a size to scale", None
+    if not held.ok:  # the original may fail there too: said, not held against it
+        return committed, held, (f"held-out shapes not compared: {held.stage}: "
+                                 f"{held.reason}"), None
+    slower = held_out_slower(rows_of([], held.timings))
+    if slower:
+        shapes = "; ".join(f"{r.shape}: {r.original_us:.2f} µs -> {r.candidate_us:.2f} µs"
+                           for r in slower)
+        return None, held, "", (f"`{committed[1].short}` is significantly slower than the "
+                                f"original at held-out shapes ({shapes}); it needs a size "
+                                "dispatch that keeps the original there")
+    return committed, held, "", None
 
 
 def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:
@@ -349,6 +382,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
                   "```diff", patch, "```", ""]
+    lines += _per_shape_section(outcome)
     lines += _parameters_section(task, outcome.needs_parameters)
     if outcome.adequacy is not None:
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
@@ -357,6 +391,16 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
               "parameters included.", "", mermaid_chart(series), "## Search history", "",
               history_table(outcome.result.history)]
     return "\n".join(lines)
+
+
+def _per_shape_section(outcome: OptimizeOutcome) -> list[str]:
+    """Where the committed candidate holds: captured and held-out shapes."""
+    captured = outcome.committed[0].timings if outcome.committed else ()
+    held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
+    if not captured and not held:
+        return []
+    note = [outcome.held_out_note + ".", ""] if outcome.held_out_note else []
+    return ["## Where it holds", "", *note, per_shape_markdown(rows_of(captured, held)), ""]
 
 
 def _confirmation_lines(found: Confirmed | None) -> list[str]:
@@ -407,6 +451,9 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
             "dropped": list(outcome.confirmation.dropped),
         } if outcome.confirmation else None,
         "near_miss": outcome.near_miss,
+        "held_out": evaluation_json(task.kernel_name, outcome.held_out)
+        if outcome.held_out else None,
+        "held_out_note": outcome.held_out_note or None,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),
