@@ -130,7 +130,8 @@ def build_namespace(spec: dict[str, Any]) -> None:
     mounts = [m for m in mount_points() if not _under(m, covered)]
     # Opened before anything covers them: /tmp's folders, the device nodes.
     binds = [(path, mode, _open_path(path)) for path, mode in spec["binds"]]
-    devices = [(path, _open_path(path)) for path in _device_paths(spec["devices"])]
+    devices = [(path, fd) for path in _device_paths(spec["devices"])
+               if (fd := _open_device(path)) is not None]
     mount_proc()
     for point in mounts:
         remount(point, read_only=True)
@@ -162,9 +163,8 @@ def mount_proc() -> None:
 
 def mount_dev(devices: list[tuple[str, int]], shm_bytes: int) -> None:
     _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "size=1m,mode=755")
-    for path, fd in devices:
+    for path, fd in devices:  # a node, or a folder of them (/dev/nvidia-caps)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "ab").close()
         bind(fd, path, read_only=False)
         os.close(fd)
     os.makedirs("/dev/shm")
@@ -199,6 +199,13 @@ def remount(point: str, read_only: bool) -> None:
 
 def _device_paths(wanted: list[str]) -> list[str]:
     return [p for p in (*(f"/dev/{n}" for n in _DEVICES), *wanted) if os.path.exists(p)]
+
+
+def _open_device(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None  # gone since it was listed (a GPU reset): the command does without
 
 
 def _open_path(path: str) -> int:

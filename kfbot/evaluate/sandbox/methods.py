@@ -132,7 +132,7 @@ def _bwrap(tool: str, view: View) -> list[str]:
     args = [tool, "--unshare-user", "--unshare-pid", "--die-with-parent", "--new-session",
             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     for device in gpu_devices():
-        args += ["--dev-bind", device, device]
+        args += ["--dev-bind-try", device, device]
     args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
              "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
              "--size", str(1 << 20), "--tmpfs", "/run"]
