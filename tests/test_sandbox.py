@@ -101,3 +101,24 @@ def test_held_secrets_are_values_not_paths(tmp_path: Path) -> None:
     env = {"ANTHROPIC_API_KEY": "sk-ant-x", "GITHUB_TOKEN": "", "PATH": "/usr/bin",
            "SSH_AUTH_SOCK": str(tmp_path / "agent.sock"), "INPUT_TOKEN": "ghs_x"}
     assert held_secrets(env) == ("ANTHROPIC_API_KEY", "INPUT_TOKEN")
+
+
+PRELOAD_DRIVER = """
+import json, sys
+from kfbot import credentials
+from kfbot.cli import PRELOADED
+from kfbot.evaluate.sandbox import configure, confined
+wanted = ["kfbot.github.publish", "kfbot.search.llm", "anthropic", "github"]
+configure(False, ["ANTHROPIC_API_KEY"], lambda: credentials.preload(PRELOADED["optimize"]))
+before = [name in sys.modules for name in wanted]
+confined(["true"], "/")
+print(json.dumps({"before": before, "after": [name in sys.modules for name in wanted],
+                  "torch": "torch" in sys.modules}))
+"""
+
+
+def test_what_a_secret_holder_needs_later_is_imported_before_untrusted_code_runs() -> None:
+    done = subprocess.run([sys.executable, "-c", PRELOAD_DRIVER], capture_output=True,
+                          text=True, timeout=300, check=True)
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == {"before": [False] * 4, "after": [True] * 4, "torch": False}

@@ -91,12 +91,14 @@ def allowed_unsandboxed() -> bool:
 
 def refusal(box: Sandbox, secrets: Sequence[str]) -> str:
     """Why kfbot will not run the repository's code here, and what fixes it."""
+    tried = "; ".join(a.line() for a in box.failed)
     return (f"kfbot will not run the repository's code or candidates outside a sandbox "
-            f"while it holds secrets ({', '.join(secrets)}): the code could read them from "
-            f"kfbot's memory. Tried: {'; '.join(a.line() for a in box.failed)}. To fix: "
+            f"while it holds secrets ({', '.join(secrets)}): the code could take them (from "
+            f"kfbot's memory, or through files kfbot runs later). Tried: {tried}. To fix: "
             f"{box.advice()}. To run unsandboxed anyway, knowing the code can take those "
-            f"secrets: --allow-unsandboxed, {ALLOW_VARIABLE}=1, or `allow-unsandboxed: true` "
-            "in the Action")
+            f"secrets: --allow-unsandboxed or {ALLOW_VARIABLE}=1 (in the Action, the input "
+            "`allow-unsandboxed: true`; on the command line also `sandbox: "
+            "{allow_unsandboxed: true}` in kfbot.yaml); see docs/security.md")
 
 
 def _first_run() -> None:
