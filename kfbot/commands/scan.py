@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
                  report.files_scanned, report.root, time.perf_counter() - started,
                  len(report.kernels), len(report.problems))
         if args.explain:
-            chosen = select_kernel(report.kernels, args.explain)
-            sys.stdout.write(explain(report, chosen, terminal.width()))
+            explained = select_kernel(report.kernels, args.explain)
+            sys.stdout.write(explain(report, explained, terminal.width()))
             return EXIT_OK
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]
