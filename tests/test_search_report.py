@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kfbot.search.archive import Individual
-from kfbot.search.model import Cell
 from kfbot.search.budget import duration_words, spent_words
+from kfbot.search.model import Cell
 from kfbot.search.report import (
     axis_range,
     best_so_far,
