@@ -148,3 +148,20 @@ def test_explain_fits_80_columns_and_collapses_alike_chains(repository: Path) ->
            "more like it" in said
     wide = _explain(repository, "softmax_kernel", 300)
     assert max(map(len, wide.splitlines())) > 80  # wrapped for the narrow terminal only
+
+
+def test_a_cpu_twins_test_is_not_a_cuda_kernels_reference(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "example", root)
+    # A pure-PyTorch twin of the op under the same name, and a test of the twin alone.
+    (root / "kernels_demo" / "cpu.py").write_text(
+        "import torch\n\n\ndef softmax(x):\n    return torch.softmax(x.float(), dim=-1)\n")
+    (root / "tests" / "test_cpu.py").write_text(
+        "import torch\n\nfrom kernels_demo import cpu\n\n\ndef test_cpu_softmax():\n"
+        "    x = torch.randn(4, 8)\n"
+        "    torch.testing.assert_close(cpu.softmax(x), torch.softmax(x, dim=-1))\n")
+    report = scan(root, Config())
+    (softmax,) = [k for k in report.kernels if k.name == "softmax_kernel"]
+    assert [(r.file, r.test) for r in softmax.references] == [("tests/test_ops.py",
+                                                               "test_softmax")]
+    assert any("tests/test_cpu.py" in u and "cpu.softmax" in u for u in report.unfollowed)
