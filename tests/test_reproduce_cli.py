@@ -163,7 +163,8 @@ def test_the_report_speaks_in_words_and_figures(repo: tuple[Path, Path]) -> None
     assert "{'evaluations'" not in report and "Spent:" not in report
     assert "The search stopped: it finished; it took 1 evaluation in 0.0s, 0 tokens, $0.00." \
         in report
-    legend = report[report.index("```mermaid"):].split("```\n", 1)[1].splitlines()[0]
+    progress = report[report.index("## Progress"):]
+    legend = progress[progress.index("```mermaid"):].split("```\n", 1)[1].splitlines()[0]
     assert legend == "🟦 island 0: 1.30x at evaluation 1"  # the line named, with its best
     chart = (run_dir / "progress.png").is_file()
     assert ("The same chart is drawn in `progress.png`" in report) == chart
