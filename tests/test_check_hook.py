@@ -319,6 +319,26 @@ def test_a_file_nothing_can_read_is_named_with_the_reason(
         "PATH): tree-sitter checked the syntax instead, but for what is noted above"
 
 
+SOUP_TORCH = EXTRA + "#define GO(T, ...) __VA_ARGS__\nvoid f() { GO(float, { int a = 1; }); }\n"
+
+
+@pytest.mark.gpu  # needs no GPU, but torch's headers: about 45 s, for the GPU machine's cores
+@needs_nvcc
+def test_with_torch_the_compiler_settles_what_tree_sitter_cannot_read(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    if torch_include_dirs() is None:
+        pytest.skip("torch's headers are not installed for this Python")
+    root = _project(tmp_path)
+    (root / "csrc" / "extra.cu").write_text(SOUP_TORCH)  # valid, and new: a note at most
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 0 and "csrc/extra.cu: note: not checked: tree-sitter cannot read" in out
+    code, out = _check(capsys, root, "--with-torch", "csrc/extra.cu")
+    assert code == 0, out
+    assert re.search(r"^csrc/extra.cu: compiles \(nvcc with PyTorch's headers, [\d.]+ s\)$",
+                     out, re.M), out
+    assert ": note: " not in out and "nvcc skipped" not in out
+
+
 @needs_nvcc
 def test_an_nvcc_failure_that_names_no_line_does_not_block(
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
