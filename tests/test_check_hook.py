@@ -394,6 +394,8 @@ def test_a_staged_deletion_of_a_reference_test_fails(capsys: pytest.CaptureFixtu
 def test_staged_sees_only_what_is_staged(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
     root = _project(tmp_path)
+    code, out = _check(capsys, root, "--staged", SOFTMAX)
+    assert code == 2 and "--staged checks what is staged: give it no FILES" in out
     _drop_softmax_test(root)  # not staged: not part of the next commit
     code, out = _check(capsys, root, "--staged")
     assert (code, out.strip()) == (0, "kfbot check: no kernel sources changed")

@@ -48,7 +48,7 @@ from kfbot.commands.compile_check import NO_NVCC, TORCH_SECONDS, CompileResult, 
 from kfbot.commands.options import add_repo_arguments
 from kfbot.commands.syntax_diff import SyntaxFinding, syntax_findings
 from kfbot.config import Config, load_config
-from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, KfbotError
 from kfbot.scan.facts_cache import warm
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import ScanReport
@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _paths(root: Path, args: argparse.Namespace) -> list[str]:
+    if args.staged and args.files:
+        raise KfbotError("--staged checks what is staged: give it no FILES", EXIT_USAGE)
     if args.staged:
         return staged_paths(root, args.base)
     return given_paths(root, args.files) if args.files else changed_paths(root, args.base)
