@@ -275,11 +275,13 @@ def test_inputs_are_read_and_converted() -> None:
                                  "speedup of at least 1.0"),
     ("INPUT_MIN_SPEEDUP", "fast", "expected a number such as 1.05, got 'fast'"),
     ("INPUT_COMMAND", "deploy", "action input 'command' (INPUT_COMMAND): expected one of "
-                                "auto, optimize, scan, guard, authorize, got 'deploy'"),
+                                "auto, optimize, scan, guard, authorize, publish, got 'deploy'"),
     ("INPUT_CONFIG", "../secrets.yaml", "action input 'config' (INPUT_CONFIG): expected a "
                                         "path inside the repository"),
     ("INPUT_GPU", "-1", "action input 'gpu' (INPUT_GPU): expected a GPU index"),
     ("INPUT_KERNEL", "a b", "action input 'kernel' (INPUT_KERNEL): expected one kernel name"),
+    ("INPUT_ARTIFACT", "kfbot-run", "action input 'artifact' (INPUT_ARTIFACT): expected an "
+                                   "absolute path"),
 ])
 def test_bad_inputs_name_the_input(name: str, value: str, message: str) -> None:
     with pytest.raises(KfbotError) as caught:

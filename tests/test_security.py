@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -98,14 +99,25 @@ def run_composite(action: Path, env: dict[str, str], inputs: dict[str, str],
         script.write_text(step["run"])
         cwd = _render(step.get("working-directory", env["GITHUB_WORKSPACE"]), values)
         done[step["id"]] = proc = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=cwd,
-            env=step_env, capture_output=True, text=True, timeout=600)
+            step_command(step, script), cwd=cwd, env=step_env, capture_output=True, text=True,
+            timeout=600)
         assert proc.returncode in (0, 1), proc.stderr[-3000:]
         for line in output.read_text().splitlines():
             if "=" in line and "<<" not in line:
                 key, _, value = line.partition("=")
                 values[f"steps.{step['id']}.outputs.{key}"] = value
     return done
+
+
+# How the runner starts a step for each `shell:` keyword (a template with {0} is used as is).
+SHELLS = {"bash": "bash --noprofile --norc -eo pipefail {0}", "sh": "sh -e {0}"}
+
+
+def step_command(step: dict[str, Any], script: Path) -> list[str]:
+    """The command line the runner runs a composite step's script with."""
+    template = str(step.get("shell", "bash"))
+    template = SHELLS.get(template, template)
+    return [str(script) if word == "{0}" else word for word in shlex.split(template)]
 
 
 PLANTED = ("github/__init__.py", "yaml.py", "kfbot/__init__.py", "kfbot/__main__.py",

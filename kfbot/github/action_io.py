@@ -21,7 +21,7 @@ from typing import Literal
 from kfbot.errors import KfbotError
 from kfbot.search.budget import parse_duration, parse_percent
 
-COMMANDS = ("auto", "optimize", "scan", "guard", "authorize")
+COMMANDS = ("auto", "optimize", "scan", "guard", "authorize", "publish")
 
 # GitHub refuses a step summary over 1 MiB; stay under it with room for the note.
 SUMMARY_LIMIT = 1024 * 1024 - 4096
@@ -43,6 +43,9 @@ class ActionInputs:
     head_sha: str = ""  # the pull request head an authorize job approved
     slowdown_threshold: float = 0.0  # guard: an input counts as slower beyond this (0.05)
     warn_only: bool = False  # guard: slowdowns are warnings, the step passes
+    # The two-job split: the folder the GPU job hands its run over in (it then writes
+    # nothing to GitHub), and the folder the publish job reads it from.
+    artifact: str = ""
 
 
 def _text(value: str) -> str:
@@ -92,6 +95,13 @@ def _relative_path(value: str) -> str:
     return value
 
 
+def _absolute_path(value: str) -> str:
+    if not PurePosixPath(value).is_absolute():
+        raise ValueError(f"expected an absolute path such as ${{{{ runner.temp }}}}/kfbot-run, "
+                         f"got {value!r}")
+    return value
+
+
 def _sha(value: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{40}", value):
         raise ValueError(f"expected a full 40-character commit SHA, got {value!r}")
@@ -120,10 +130,14 @@ INPUTS: dict[str, tuple[str, Callable[[str], object]]] = {
     "head-sha": ("head_sha", _sha),
     "slowdown-threshold": ("slowdown_threshold", parse_percent),
     "warn-only": ("warn_only", _boolean),
+    "artifact": ("artifact", _absolute_path),
 }
 # Inputs the composite action's shell steps use before kfbot runs (the interpreter
 # that installs and starts it); kfbot itself never reads them.
 STEP_ONLY_INPUTS = ("python",)
+# Inputs the run step passes under a variable of their own, which the part of kfbot
+# that obeys them reads (the sandbox: whether untrusted code may run without one).
+ENV_INPUTS = {"allow-unsandboxed": "KFBOT_ALLOW_UNSANDBOXED"}
 SECRET_INPUTS = ("token", "anthropic-api-key")
 
 

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from github.Commit import Commit
 from github.GitCommit import GitCommit
+from github.GitRef import GitRef
 from github.GitTree import GitTree
 from github.InputGitTreeElement import InputGitTreeElement
 from github.Repository import Repository
@@ -130,12 +131,8 @@ class GitData:
 
     def commit(self, parent: str, changes: Sequence[Change], message: str) -> tuple[str, str]:
         """A commit of `changes` on top of `parent`: (commit sha, tree sha)."""
-        elements = []
-        for change in changes:
-            data = base64.b64encode(change.text.encode("utf-8")).decode()
-            blob = self._call(lambda d=data: self.repo.create_git_blob(d, "base64"),  # type: ignore[misc]
-                              f"uploading {change.path}")
-            elements.append(InputGitTreeElement(change.path, change.mode, "blob", blob.sha))
+        elements = [InputGitTreeElement(c.path, c.mode, "blob", sha=self._blob(c))
+                    for c in changes]
         base_tree = self._tree(self.tree_of(parent))
         tree = self._call(lambda: self.repo.create_git_tree(elements, base_tree),
                           "writing the tree")
@@ -144,23 +141,32 @@ class GitData:
                           "writing the commit")
         return str(made.sha), str(tree.sha)
 
+    def _blob(self, change: Change) -> str:
+        data = base64.b64encode(change.text.encode("utf-8")).decode()
+        blob = self._call(lambda: self.repo.create_git_blob(data, "base64"),
+                          f"uploading {change.path}")
+        return str(blob.sha)
+
     def move(self, branch: str, sha: str, expected: str | None) -> bool:
         """Point `branch` at `sha` if it is still at `expected` (None: absent); False when
         it moved meanwhile, and nothing is overwritten."""
-        if self.ref(branch) != expected:
-            return False
-        if expected is None:
-            try:
-                self._call(lambda: self.repo.create_git_ref(f"refs/heads/{branch}", sha),
-                           f"creating branch {branch}")
-            except GitHubError as exc:
-                if exc.status == 422:  # made by someone else since the read
-                    return False
+        try:
+            ref: GitRef | None = self._call(lambda: self.repo.get_git_ref(f"heads/{branch}"),
+                                            f"reading branch {branch}")
+        except GitHubError as exc:
+            if exc.status != 404:
                 raise
-            return True
-        ref = self._call(lambda: self.repo.get_git_ref(f"heads/{branch}"),
-                         f"reading branch {branch}")
-        if str(ref.object.sha) != expected:
+            ref = None
+        if (str(ref.object.sha) if ref is not None else None) != expected:
             return False
-        self._call(lambda: ref.edit(sha, force=True), f"moving branch {branch}")
+        if ref is not None:
+            self._call(lambda: ref.edit(sha, force=True), f"moving branch {branch}")
+            return True
+        try:
+            self._call(lambda: self.repo.create_git_ref(f"refs/heads/{branch}", sha),
+                       f"creating branch {branch}")
+        except GitHubError as exc:
+            if exc.status == 422:  # made by someone else since the read
+                return False
+            raise
         return True

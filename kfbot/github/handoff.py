@@ -15,15 +15,17 @@ the repository (`recheck`) before one byte of it is committed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.errors import EXIT_USAGE, KfbotError
@@ -34,6 +36,9 @@ from kfbot.github.status import StatusReport
 from kfbot.github.wire import WireError, dump, load
 from kfbot.search.archive import Individual
 from kfbot.search.experience import Lesson
+
+if TYPE_CHECKING:
+    from kfbot.github.publish import Winner
 
 SCHEMA = 1
 MANIFEST = "handoff.json"
@@ -105,6 +110,52 @@ class Handed:
 
 
 # ---- the GPU job's side ------------------------------------------------------------------
+
+
+class Recorder:
+    """What the GPU job would have written to GitHub, kept for the publish job: the
+    winners, and the last word of the status comment (`show`, as `StatusComment` has)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = start(folder)
+        self.publications: list[str] = []
+        self.status: StatusReport | None = None
+        self.status_if_exists = False
+
+    def add(self, publication: Publication, patch: str, run_dir: Path) -> None:
+        self.publications.append(add_publication(self.folder, publication, patch, run_dir))
+
+    def show(self, report: StatusReport) -> None:
+        self.status, self.status_if_exists = dataclasses.replace(report), False
+
+    def show_if_exists(self, report: StatusReport) -> None:
+        self.status, self.status_if_exists = dataclasses.replace(report), True
+
+    def finish(self, repository: str, event: str, run_id: str, head: str | None,
+               result: Result, redact: Callable[[str], str]) -> None:
+        """The manifest, every text in it redacted."""
+        status = self.status
+        if status is not None:
+            status = dataclasses.replace(status, headline=redact(status.headline),
+                                         details=redact(status.details),
+                                         steps=[redact(step) for step in status.steps])
+        result = dataclasses.replace(result, headline=redact(result.headline),
+                                     details=redact(result.details), annotations=tuple(
+                                         dataclasses.replace(a, message=redact(a.message))
+                                         for a in result.annotations))
+        write_manifest(self.folder, Manifest(SCHEMA, repository, event, run_id, head, result,
+                                             status, self.status_if_exists,
+                                             tuple(self.publications)))
+
+
+def publication_of(winner: Winner, base_commit: str, root: str,
+                   editable: tuple[str, ...], patch: str) -> Publication:
+    """What the publish job needs of a verified winner, with the patch's hash."""
+    ev = winner.evaluation
+    return Publication(winner.kernel_id, winner.kernel_name, base_commit, root, editable,
+                       tuple(sorted(winner.files)), ev.candidate, patch_digest(patch), ev,
+                       winner.reproduction, winner.rationale, winner.lessons, winner.adequacy,
+                       winner.history, winner.islands)
 
 
 def start(folder: Path) -> Path:

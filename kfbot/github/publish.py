@@ -100,6 +100,8 @@ class PublishSettings:
     retry: Retry = DEFAULT_RETRY
     read_interval: float = 0.25  # seconds between API requests (see api.connect)
     write_interval: float = 1.0
+    # Applied to the body: the Action's redactor takes its secrets out in every form.
+    redact: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,6 +359,7 @@ class PullRequests:
             return self._result("unchanged", existing, head, "nothing new for")
         report = _report(self.w, commit, self.branch, self.base, previous, self.env)
         body = render(report, _marker(self.w, head))
+        body = self.s.redact(body) if self.s.redact is not None else body
         if existing is None:
             return self._create(body, head)
         return self._update(existing, body, head, pushed=not same_tree, previous=previous)

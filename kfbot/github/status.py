@@ -8,9 +8,10 @@ can paste a marker into a comment, and kfbot must not try to edit theirs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from github.Issue import Issue
 from github.IssueComment import IssueComment
@@ -84,6 +85,11 @@ class StatusComment:
         self.url = self.comment.html_url
         return self.url
 
+    def show_if_exists(self, report: StatusReport) -> None:
+        """Edit the comment an earlier run wrote to say `report`; write none if there is none."""
+        if self.exists():
+            self.show(report)
+
     def exists(self) -> bool:
         """Whether an earlier run wrote this comment (it is then kept up to date)."""
         if self.comment is None:
@@ -101,6 +107,30 @@ class StatusComment:
             return None
 
         return call(mine, f"reading the comments of pull request #{number}", self.retry)
+
+
+class StatusSink(Protocol):
+    """Where a status goes: the comment itself, or the handoff the publish job posts from."""
+
+    def show(self, report: StatusReport) -> object:
+        """Say `report`."""
+
+    def show_if_exists(self, report: StatusReport) -> None:
+        """Say `report` only where an earlier run already said something."""
+
+
+WITHHELD = ("This pull request comes from a fork, so kfbot posts no output of the code it "
+            "ran here: the run's log has it{where}.")
+
+
+def withheld(report: StatusReport) -> StatusReport:
+    """`report` for a fork's pull request: the outcome and kfbot's own steps, and instead
+    of anything the pull request's code printed (test output, reasons that quote it), a
+    link to the run's log."""
+    where = f": {report.run_url}" if report.run_url else ""
+    headline = {"done": "done", "passed": "passed", "failed": "failed", "refused": "refused",
+                "running": "working on it"}[report.state]
+    return dataclasses.replace(report, headline=headline, details=WITHHELD.format(where=where))
 
 
 def fit_comment(markdown: str) -> str:
