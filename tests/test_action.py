@@ -30,7 +30,8 @@ from fake_github import FakeGitHub
 from kfbot.cli import main
 from kfbot.errors import KfbotError
 from kfbot.github import action_io
-from kfbot.github.action_io import Annotation, Redactor, fit_summary, output_lines, read_inputs
+from kfbot.github.action_io import Annotation, fit_summary, output_lines, read_inputs
+from kfbot.github.redaction import Redactor
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "fixtures" / "example"

@@ -37,7 +37,7 @@ from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.worker import WorkerSession
 from kfbot.github import action_io
-from kfbot.github.action_io import ActionInputs, Annotation, Level, Redactor, Result
+from kfbot.github.action_io import ActionInputs, Annotation, Level, Result
 from kfbot.github.api import DEFAULT_RETRY, call, connect, repository
 from kfbot.github.authorize import Head, policy_on_default_branch
 from kfbot.github.comments import (
@@ -50,12 +50,13 @@ from kfbot.github.comments import (
 from kfbot.github.events import CommentEvent, PullRequestEvent, load_event
 from kfbot.github.handoff import Recorder
 from kfbot.github.prbody import run_url
+from kfbot.github.redaction import Redactor, redacted_streams
 from kfbot.github.status import StatusComment, StatusSink
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.text import printable
+from kfbot.text import printable, utf8_safe
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ class Action:
     def run(self) -> int:
         for line in self.redact.mask_commands():
             print(line, flush=True)
+        with redacted_streams(self.redact):
+            return self._run()
+
+    def _run(self) -> int:
         try:
             result = self._result()
         except KfbotError as exc:
@@ -153,7 +158,8 @@ class Action:
     def _emit(self, result: Result) -> None:
         for note in result.annotations:
             print(self.redact(note.command()), flush=True)
-        markdown = self.redact(f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n")
+        markdown = utf8_safe(self.redact(
+            f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n"))
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
         self.report_path.write_text(markdown, encoding="utf-8")
         action_io.write_summary(_path(self.env, "GITHUB_STEP_SUMMARY"), markdown,

@@ -9,17 +9,17 @@ the runner's documented syntax, escaping included.
 
 from __future__ import annotations
 
-import base64
 import math
 import re
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from kfbot.errors import KfbotError
 from kfbot.search.budget import parse_duration, parse_percent
+from kfbot.text import utf8_safe
 
 COMMANDS = ("auto", "optimize", "scan", "guard", "authorize", "publish")
 
@@ -183,37 +183,7 @@ class Result:
                 "head-sha": self.authorized_head}
 
 
-# ---- secrets ------------------------------------------------------------------------
-
-
-class Redactor:
-    """Replaces every known secret (and the forms git puts on the wire) with `***`."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for value in values:
-            if len(value) >= 4:
-                forms |= {value, _basic_auth(value)}
-        # Longest first, so a secret that contains another is replaced whole.
-        self.forms = tuple(sorted(forms, key=len, reverse=True))
-
-    def __call__(self, text: str) -> str:
-        for form in self.forms:
-            text = text.replace(form, "***")
-        return text
-
-    def mask_commands(self) -> list[str]:
-        """`::add-mask::` lines: the runner then hides the values in every log line."""
-        return [f"::add-mask::{escape_data(form)}" for form in self.forms]
-
-
-def _basic_auth(token: str) -> str:
-    # What an HTTPS git push with the token sends in its Authorization header.
-    return base64.b64encode(f"x-access-token:{token}".encode()).decode()
-
-
 # ---- workflow commands ----------------------------------------------------------------
-
 
 def escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
@@ -239,7 +209,7 @@ class Annotation:
                                      ("title", self.title)) if v not in (None, "")]
         joined = ",".join(f"{k}={escape_property(str(v))}" for k, v in props)
         head = f"::{self.level} {joined}" if joined else f"::{self.level}"
-        return f"{head}::{escape_data(self.message)}"
+        return utf8_safe(f"{head}::{escape_data(self.message)}")
 
 
 # ---- files the runner reads ------------------------------------------------------------
@@ -248,7 +218,7 @@ class Annotation:
 def output_lines(values: Mapping[str, str]) -> str:
     """`$GITHUB_OUTPUT` text: the heredoc form, safe for any value, multi-line included."""
     chunks = []
-    for name, value in values.items():
+    for name, value in ((utf8_safe(k), utf8_safe(v)) for k, v in values.items()):
         delimiter = f"ghadelimiter_{secrets.token_hex(16)}"
         while delimiter in value:  # would end the value early; practically never
             delimiter = f"ghadelimiter_{secrets.token_hex(16)}"
@@ -264,6 +234,7 @@ def write_outputs(path: Path | None, values: Mapping[str, str]) -> None:
 
 def fit_summary(markdown: str, report_path: str | None) -> str:
     """The summary cut to fit GitHub's 1 MiB limit, with a note where it was cut."""
+    markdown = utf8_safe(markdown)
     data = markdown.encode()
     if len(data) <= SUMMARY_LIMIT:
         return markdown

@@ -203,7 +203,8 @@ def patch_digest(patch: str) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    # ASCII escapes: a name that is not UTF-8 (lone surrogates) travels as `\udcNN`.
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="ascii")
 
 
 # ---- the publish job's side --------------------------------------------------------------

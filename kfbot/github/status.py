@@ -18,7 +18,7 @@ from github.IssueComment import IssueComment
 
 from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call
 from kfbot.github.markers import find_status_marker, status_marker
-from kfbot.text import shown
+from kfbot.text import shown, utf8_safe
 
 # GitHub refuses comment bodies over 65,536 characters.
 COMMENT_LIMIT = 65_000
@@ -67,7 +67,7 @@ class StatusComment:
 
     def show(self, report: StatusReport) -> str:
         """Create or edit the comment to say `report`; its URL."""
-        body = self.marker + "\n" + fit_comment(self.redact(report.markdown()))
+        body = self.marker + "\n" + fit_comment(utf8_safe(self.redact(report.markdown())))
         if self.comment is None:
             self.comment = self._find()
         comment = self.comment
