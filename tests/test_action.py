@@ -187,8 +187,8 @@ class Harness:
         return env
 
     def run(self, event_name: str, event: Path, drop: tuple[str, ...] = (),
-            **inputs: str) -> Run:
-        env = self.env(event_name, event, **inputs)
+            extra: dict[str, str] | None = None, **inputs: str) -> Run:
+        env = {**self.env(event_name, event, **inputs), **(extra or {})}
         for name in list(os.environ):
             if name.startswith(("INPUT_", "GITHUB_")) or name in ("GH_TOKEN",
                                                                   "ANTHROPIC_API_KEY"):
