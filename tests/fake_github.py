@@ -66,6 +66,13 @@ Behaviour worth knowing, copied from GitHub:
   an open pull request whose head branch no longer exists is closed (as GitHub closes a
   PR when its head branch is deleted).
 - Lists are paginated with `per_page`/`page` and a `Link` header, as PyGithub expects.
+- The Git Data API works on the linked bare repository: `GET .../git/commits/{sha}`,
+  `.../git/trees/{sha}` (`?recursive=1`), `.../git/blobs/{sha}` (base64 in lines, as
+  GitHub sends it); `POST .../git/blobs`, `.../git/trees` (entries on top of `base_tree`,
+  nested paths made as trees, `content` made into a blob), `.../git/commits` (the token's
+  login as author when none is given), `.../git/refs` (422 when the ref exists);
+  `PATCH .../git/refs/heads/{b}` (422 "Update is not a fast forward" without `force`);
+  and `GET .../compare/{base}...{head}`. Every object is a real git object there.
 
 PYTEST_DONT_REWRITE: the module holds no assertions, so a test may import it directly
 and another name it in `pytest_plugins` without pytest warning that it came too late.
