@@ -106,7 +106,7 @@ def recheck(name: str, publication: Publication, patch: str,
 
 
 def _check_paths(p: Publication) -> None:
-    if p.root and (not p.root.endswith("/") or _bad_path(p.root.rstrip("/"))):
+    if p.root and (not p.root.endswith("/") or _bad_parts(p.root.rstrip("/"))):
         raise _Refused(f"the task root {p.root!r} is not a plain folder of the repository")
     for label, paths in (("editable", p.editable), ("candidate", p.files)):
         if len(paths) > MAX_FILES:
@@ -126,6 +126,14 @@ def _check_paths(p: Publication) -> None:
 
 def _bad_path(path: str) -> str | None:
     """Why `path` may not be committed, or None."""
+    why = _bad_parts(path)
+    if why is None and PurePosixPath(path).suffix.lower() not in CUDA_SUFFIXES:
+        return "not a CUDA or C++ source: kfbot publishes kernel sources only"
+    return why
+
+
+def _bad_parts(path: str) -> str | None:
+    """Why `path` is not a plain path inside the repository kfbot may write, or None."""
     if not path or len(path) > 1024 or path.startswith("/") or "\\" in path:
         return "not a relative path inside the repository"
     if any(not ch.isprintable() for ch in path):
@@ -135,8 +143,6 @@ def _bad_path(path: str) -> str | None:
         return "not a plain path (empty, `.` or `..` parts)"
     if any(part.lower() in _REFUSED_NAMES for part in parts):
         return "under .git, .github or .kfbot, or a git attributes/modules file"
-    if PurePosixPath(path).suffix.lower() not in CUDA_SUFFIXES:
-        return "not a CUDA or C++ source: kfbot publishes kernel sources only"
     return None
 
 
