@@ -405,3 +405,41 @@ def test_the_publish_entry_point_runs_isolated_as_the_step_starts_it(harness: Ha
     assert "kfbot: softmax_kernel: opened pull request #1" in done.stdout
     shown = [line for line in done.stdout.splitlines() if not line.startswith("::add-mask::")]
     assert harness.server.token not in "\n".join(shown) + done.stderr
+
+
+# ---- on a GPU: a real search's handoff passes the re-check ------------------------------------
+
+
+@pytest.mark.gpu
+def test_a_gpu_searchs_handoff_passes_the_publish_jobs_recheck(harness: Harness) -> None:
+    """The whole split on the example's softmax: the GPU job (no token, no LLM) searches,
+    reproduces and hands the winner over without a single request to GitHub; the publish
+    job's re-check accepts what it wrote, and what it commits is the run's patch applied
+    to the base, byte for byte."""
+    harness.checkout(harness.base_sha)
+    event = EVENTS / "schedule.json"
+    gpu = harness.run("schedule", event, drop=("CUDA_VISIBLE_DEVICES", "INPUT_TOKEN",
+                                                 "INPUT_ANTHROPIC_API_KEY"),
+                      artifact=str(harness.tmp / "artifact"), kernel="softmax_kernel",
+                      budget="16", islands="2")
+    assert gpu.code == 0, gpu.summary[-3000:]
+    assert harness.server.calls == []
+    manifest = json.loads((harness.tmp / "artifact" / MANIFEST).read_text())
+    (name,) = manifest["publications"]
+    run = publish_job(harness, "schedule", event, min_speedup="1.0")
+    assert run.code == 0, run.summary  # a refusal of the re-check would fail the job
+    print(run.summary)  # for the record: published, or why the policy skipped it
+    if run.outputs["pr-operation"] != "created":
+        assert "not published: the reproduction measured" in run.summary, run.summary
+        return
+    head = _branch_head(harness)
+    clone = harness.tmp / "check"
+    _git(harness.tmp, "clone", "-q", str(harness.bare), str(clone))
+    _git(clone, "checkout", "-q", harness.base_sha)
+    _git(clone, "apply", str(harness.tmp / "artifact" / name / PATCH))
+    for path in _bare(harness, "diff", "--name-only", harness.base_sha, str(head)).splitlines():
+        if path == ".kfbot/experience.md":
+            continue
+        blob = subprocess.run(["git", "--git-dir", str(harness.bare), "cat-file", "blob",
+                               f"{head}:{path}"], capture_output=True, check=True).stdout
+        assert blob == (clone / path).read_bytes(), path
