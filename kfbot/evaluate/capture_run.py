@@ -276,12 +276,22 @@ def _problem(run: ProcessRun) -> str:
     if module is not None:
         return f"an import failed: no module named {module!r} ({suite.pip_line(module)})"
     if ran.exit_code < 0:
-        return "crashed; its last lines: " + _last(ran.tail)
+        return "crashed; its last lines: " + _last(_before_dump(ran.tail))
     return ""
 
 
 def _last(tail: str) -> str:
     return " | ".join(last_lines(tail, 3).splitlines())[:400]
+
+
+def _before_dump(tail: str) -> str:
+    """A crash's output up to Python's fatal error line, without the stack dump after
+    it (frames of the interpreter's own start-up): what the test printed last, and the
+    error."""
+    head, fatal, rest = tail.partition("Fatal Python error:")
+    if not fatal:
+        return tail
+    return head + fatal + rest.splitlines()[0]
 
 
 def _observed(observe: ObserveRequest | None, count: int,

@@ -46,8 +46,7 @@ PIP_NAMES = {
 _MISSING = re.compile(r"No module named '([^']+)'")
 _OTHER_BACKENDS = ("mps", "xpu", "metal")
 _DEVICE_WORDS = frozenset({"cuda", "cpu", "mps", "xpu"})
-# A node id whose parameters or class name name another device than CUDA.
-_TWIN_NODE = re.compile(r"(?:[\[\-_](cpu|mps|xpu|metal)(?=[\]\-_]|$))|(?:(CPU|MPS|XPU)(?=::|$))")
+_OTHER_DEVICES = ("cpu", "mps", "xpu", "metal")
 # Beyond this many, the nodes of a file that mixes devices share processes.
 MAX_NODE_PROCESSES = 16
 
@@ -249,15 +248,19 @@ def _twin_decorator(node: ast.expr) -> bool:
 
 def twin_node(node: str, names: Sequence[str] = ()) -> str | None:
     """Why the node id is another device's twin, or None."""
-    path, _, rest = node.partition("::")
-    first = rest.split("::", 1)[0].split("[", 1)[0]
-    if first in names:
-        return f"{first} runs only without CUDA or on another backend"
-    match = _TWIN_NODE.search(rest)
-    if match:
-        device = (match.group(1) or match.group(2)).lower()
-        return f"its {device} twin"
-    return None
+    parts = node.split("::")[1:]
+    if not parts:
+        return None
+    if parts[0].split("[", 1)[0] in names:
+        return f"{parts[0].split('[', 1)[0]} runs only without CUDA or on another backend"
+    name, _, params = parts[-1].partition("[")
+    tokens = [t.split(":", 1)[0].lower() for t in params.rstrip("]").split("-")] if params else []
+    # pytest's parameter ids ([float32-cpu]), device-generic test classes (TestOpsCPU)
+    # and the device suffix of their test names (test_add_cpu).
+    found = [t for t in tokens if t in _OTHER_DEVICES]
+    found += [d for d in _OTHER_DEVICES for cls in parts[:-1] if cls.endswith(d.upper())]
+    found += [d for d in _OTHER_DEVICES if name.endswith(f"_{d}")]
+    return f"its {found[0]} twin" if found else None
 
 
 def node_groups(nodes: Sequence[str], limit: int = MAX_NODE_PROCESSES) -> list[tuple[str, ...]]:

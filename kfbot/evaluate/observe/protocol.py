@@ -86,10 +86,11 @@ class TestRecord:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> TestRecord:
-        outcome = str(data.get("outcome", "error"))
+        said = str(data.get("outcome", "error"))
+        outcome = next((o for o in OUTCOMES if o == said), "error")
         return TestRecord(
             test=str(data["test"]),
-            outcome=outcome if outcome in OUTCOMES else "error",  # type: ignore[arg-type]
+            outcome=outcome,
             launches=tuple(Launch.from_json(k) for k in data.get("launches", [])),
             libraries=tuple((str(a), str(b)) for a, b in data.get("libraries", [])),
             profiled=bool(data.get("profiled", False)),

@@ -90,18 +90,17 @@ class Recorder:
         if self.request.poison:
             self._poison(0)
         if self.request.profile:
-            self._profile = self._start_profiler(torch)
+            self._profile = self._start_profiler()
 
-    def _start_profiler(self, torch: Any) -> Any:
+    def _start_profiler(self) -> Any:
         from torch.profiler import ProfilerActivity, profile
 
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof: Any = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
         try:
             prof.__enter__()
         except RuntimeError as exc:  # another profiler is running (the test's own)
             self._note = f"the profiler did not start: {str(exc).splitlines()[0][:200]}"
             return None
-        del torch
         return prof
 
     def stop(self, outcome: Outcome) -> TestRecord:
