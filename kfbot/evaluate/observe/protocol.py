@@ -87,7 +87,7 @@ class TestRecord:
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> TestRecord:
         said = str(data.get("outcome", "error"))
-        outcome = next((o for o in OUTCOMES if o == said), "error")
+        outcome: Outcome = next((o for o in OUTCOMES if o == said), "error")
         return TestRecord(
             test=str(data["test"]),
             outcome=outcome,
