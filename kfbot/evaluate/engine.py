@@ -31,6 +31,7 @@ from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import (
@@ -53,8 +54,6 @@ from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
-from kfbot.scan.python_facts import extract_python_facts
-from kfbot.text import read_source
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
@@ -162,23 +161,7 @@ class Engine:
         )
 
     def _inline(self, candidate: Candidate) -> tuple[InlineSource, ...]:
-        recipe = self.task.build
-        if recipe.kind != "load_inline":
-            return ()
-        text = candidate.files.get(recipe.file)
-        if text is None:
-            text = read_source(self.task.root / recipe.file, recipe.file)
-        facts = extract_python_facts(recipe.file, text.encode())
-        return tuple(
-            self._inline_text(s, candidate) for s in facts.inline_sources if s.build == recipe.name
-        )
-
-    def _inline_text(self, source: InlineSource, candidate: Candidate) -> InlineSource:
-        if source.text is not None or source.path is None:
-            return source
-        text = candidate.files.get(source.path) or read_source(self.task.root / source.path,
-                                                               source.path)
-        return InlineSource(source.build, source.language, text, 0, source.path)
+        return inline_sources(self.task.root, self.task.build, candidate.files)
 
     def original(self) -> BuildResult:
         """The original's build: kfbot's own, or the repository's setup.py build when
