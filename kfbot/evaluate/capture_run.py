@@ -44,7 +44,7 @@ import kfbot
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate import harness, suite
 from kfbot.evaluate.observe import protocol
-from kfbot.evaluate.observe.protocol import OBSERVE_ENV, ObserveRequest, TestRecord
+from kfbot.evaluate.observe.protocol import OBSERVE_ENV, ObserveRequest, RunRecord
 from kfbot.evaluate.processes import Ran, last_lines, run_process
 from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.signature import (
@@ -106,7 +106,7 @@ class CaptureResult:
     raised_calls: tuple[tuple[str, int], ...] = ()  # of those, calls that raised
     runs: tuple[ProcessRun, ...] = ()
     skipped: tuple[Skipped, ...] = ()  # test files and nodes not run: twins
-    observed: tuple[TestRecord, ...] = ()  # per test, when observation was asked for
+    observed: tuple[RunRecord, ...] = ()  # per test, when observation was asked for
 
     @property
     def ok(self) -> bool:
@@ -295,17 +295,17 @@ def _before_dump(tail: str) -> str:
 
 
 def _observed(observe: ObserveRequest | None, count: int,
-              runs: Sequence[ProcessRun]) -> tuple[TestRecord, ...]:
+              runs: Sequence[ProcessRun]) -> tuple[RunRecord, ...]:
     """What each process wrote per test; a process that died in a test gets a record
     for that test's file saying so (the test itself cannot be named)."""
     if observe is None:
         return ()
-    out: list[TestRecord] = []
+    out: list[RunRecord] = []
     for index, run in enumerate(runs[:count]):
         records = protocol.read([Path(_observed_file(observe, index))])
         out += records
         if run.ran.exit_code < 0 or run.ran.timed_out:
-            out.append(TestRecord(run.target, "crashed", note=run.ran.how()))
+            out.append(RunRecord(run.target, "crashed", note=run.ran.how()))
     return tuple(out)
 
 
@@ -401,7 +401,7 @@ def _not_found_line(tail: str) -> str:
 
 def _result(
     found: CaptureFile | None, ops: Sequence[OpRef], runs: Sequence[ProcessRun],
-    skipped: Sequence[Skipped] = (), observed: Sequence[TestRecord] = (),
+    skipped: Sequence[Skipped] = (), observed: Sequence[RunRecord] = (),
 ) -> CaptureResult:
     errors = [_run_error(run) for run in runs if not run.ok]
     if found is None:

@@ -38,7 +38,7 @@ from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.observe import names
 from kfbot.evaluate.observe.mutants import NoMutant, silent
-from kfbot.evaluate.observe.protocol import ObserveRequest, TestRecord
+from kfbot.evaluate.observe.protocol import ObserveRequest, RunRecord
 from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.signature import OpRef
 from kfbot.evaluate.staged import StagedModule
@@ -194,7 +194,7 @@ def _run(root: Path, tests: Sequence[str], scripts: Sequence[str], ops: Sequence
             observe=ObserveRequest(out, request.profile, request.poison))
 
 
-def _gather(records: Sequence[TestRecord], kernels: Sequence[Kernel]
+def _gather(records: Sequence[RunRecord], kernels: Sequence[Kernel]
             ) -> tuple[dict[str, dict[str, _Seen]], set[str]]:
     """Per kernel id, the tests that launched it; and the launched names no scanned
     kernel matches."""
@@ -296,7 +296,7 @@ def _file_lines(run: CaptureResult) -> list[str]:
     return lines + [s.line() for s in run.skipped]
 
 
-def _note(records: Sequence[TestRecord]) -> str:
+def _note(records: Sequence[RunRecord]) -> str:
     if records and not any(r.profiled for r in records):
         notes = sorted({r.note for r in records if r.note})
         return "no test was profiled" + (f" ({notes[0]})" if notes else "")

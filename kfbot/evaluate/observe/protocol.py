@@ -67,7 +67,7 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class TestRecord:
+class RunRecord:
     """One test (a pytest node, or a whole script) as it ran under observation."""
 
     test: str  # the node id, or the script's repository path
@@ -85,10 +85,10 @@ class TestRecord:
                 "note": self.note}
 
     @staticmethod
-    def from_json(data: Mapping[str, Any]) -> TestRecord:
+    def from_json(data: Mapping[str, Any]) -> RunRecord:
         said = str(data.get("outcome", "error"))
         outcome: Outcome = next((o for o in OUTCOMES if o == said), "error")
-        return TestRecord(
+        return RunRecord(
             test=str(data["test"]),
             outcome=outcome,
             launches=tuple(Launch.from_json(k) for k in data.get("launches", [])),
@@ -98,13 +98,13 @@ class TestRecord:
         )
 
 
-def append(path: Path, record: TestRecord) -> None:
+def append(path: Path, record: RunRecord) -> None:
     """One line, written whole: a process killed mid-test leaves the lines before."""
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record.to_json()) + "\n")
 
 
-def read(paths: Sequence[Path]) -> list[TestRecord]:
+def read(paths: Sequence[Path]) -> list[RunRecord]:
     """Every complete line of the files; a last line cut short by a crash is dropped."""
     out = []
     for path in paths:
@@ -112,7 +112,7 @@ def read(paths: Sequence[Path]) -> list[TestRecord]:
             continue
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                out.append(TestRecord.from_json(json.loads(line)))
+                out.append(RunRecord.from_json(json.loads(line)))
             except (ValueError, KeyError, TypeError):
                 continue
     return out

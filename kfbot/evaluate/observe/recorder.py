@@ -5,7 +5,7 @@ The capture plugin (pytest) and the harness (scripts) start a `Recorder` when
 activities) and, around each call of a recorded op, a profiler range
 `kfbot.op:<op>`; when the test ends, each CUDA kernel is attributed to the innermost
 range around the host call that launched it (the kernel's linked correlation id names
-that call), and one `TestRecord` line is appended to the request's file.
+that call), and one `RunRecord` line is appended to the request's file.
 
 With `poison`, every free block of the CUDA caching allocator is filled with NaN
 before each test and before each recorded op call (`device.probes.poison`): under the
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kfbot.evaluate.observe.protocol import Launch, ObserveRequest, Outcome, TestRecord, append
+from kfbot.evaluate.observe.protocol import Launch, ObserveRequest, Outcome, RunRecord, append
 
 RANGE_PREFIX = "kfbot.op:"
 
@@ -103,12 +103,12 @@ class Recorder:
             return None
         return prof
 
-    def stop(self, outcome: Outcome) -> TestRecord:
+    def stop(self, outcome: Outcome) -> RunRecord:
         launches: tuple[Launch, ...] = ()
         prof, self._profile = self._profile, None
         if prof is not None:
             launches = self._launches(prof)
-        record = TestRecord(self._test, outcome, launches, loaded_libraries(),
+        record = RunRecord(self._test, outcome, launches, loaded_libraries(),
                             profiled=prof is not None, note=self._note)
         append(self._out, record)
         return record
