@@ -33,6 +33,17 @@ EVIDENCE_LINES = 15
 
 
 def pair_step(task: KernelTask) -> StepReport:
+    step = _pair_step(task)
+    if not task.observed:
+        return step
+    checks = sum(": checks it:" in line for line in task.observed)
+    seen = f"; observed on a GPU: {_count(len(task.observed), 'test')} launch it, " \
+           f"{checks} of them check it (a mutant that writes nothing fails them)"
+    return replace(step, summary=step.summary + seen,
+                   evidence="\n".join(filter(None, (step.evidence, *task.observed))))
+
+
+def _pair_step(task: KernelTask) -> StepReport:
     runs = [*task.test_targets, *task.script_targets]
     if runs:
         counts = [_count(len(task.test_targets), "test"), _count(len(task.script_targets),

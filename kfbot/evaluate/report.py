@@ -40,6 +40,11 @@ def print_steps(steps: Sequence[StepReport], console: Console, details: bool = T
                       highlight=False, soft_wrap=True)
         if details and step.outcome in ("failed", "warning"):
             print_step_details(step, console)
+        elif details and step.step == "pair" and step.evidence:
+            # The observed tests: what running them on a GPU showed, one per line.
+            for line in step.evidence.splitlines():
+                console.print(f"            | {line}", highlight=False, markup=False,
+                              soft_wrap=True)
 
 
 def print_step_details(step: StepReport, console: Console) -> None:
