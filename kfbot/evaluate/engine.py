@@ -34,6 +34,7 @@ from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.contract import Contract, Trial, admitted, size_trials, standard_trials
 from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
@@ -57,6 +58,7 @@ from kfbot.scan.model import InlineSource
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
+CONTRACT_JOB = "kfbot.evaluate.device.contract:try_on_original"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -101,6 +103,9 @@ class Engine:
         # kernels share with the task's; by candidate, the kernels it must pass for.
         self.neighbours = Neighbours(task.neighbours, self._neighbour)
         self._shared: dict[str, tuple[str, ...]] = {}
+        # What the original did on each input kfbot added (`evaluate.contract`).
+        self._contract = Contract()
+        self._contract_seed = secrets.randbits(48)
 
     def __enter__(self) -> Engine:
         return self
@@ -212,7 +217,45 @@ class Engine:
         if failure is not None:
             return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
         result = self._run(ORIGINAL, None, bench=False)
-        return replace(result, steps=(*steps, comparison_step(result)))
+        step = comparison_step(result)
+        if result.ok:
+            # Only now: the inputs kfbot adds are tried on an original known to pass its
+            # own calls; where it fails them, they leave the contract as findings.
+            contract = self.contract()
+            result = replace(result, findings=(*result.findings, *contract.findings()))
+            if contract.verdicts:
+                step = replace(step, summary=f"{step.summary}; {contract.summary()}",
+                               evidence="\n".join(f.reason for f in contract.findings()))
+        return replace(result, steps=(*steps, step))
+
+    # --- the contract ----------------------------------------------------------------
+
+    def contract(self) -> Contract:
+        """The original on the inputs every candidate is checked on besides the
+        captured calls (edge, scaled and large shapes)."""
+        return self.admit(standard_trials(self.signatures(), self.task.block))
+
+    def admit(self, trials: Sequence[Trial]) -> Contract:
+        """Each trial tried on the original once (per engine): the verdicts on `trials`."""
+        def run(todo: Sequence[Trial]) -> JobResult:
+            return self.session.call(CONTRACT_JOB, self._contract_payload(todo),
+                                     timeout_s=self.settings.job_timeout_s)
+
+        self._contract = admitted(self._contract, trials, run)
+        return self._contract.of(trials)
+
+    def _contract_payload(self, trials: Sequence[Trial]) -> dict[str, Any]:
+        return {"op": self.task.op.to_json(), "original": _artifact(self.original()),
+                "references": [r.to_json() for r in self.task.references],
+                "tolerances": {k: list(v) for k, v in self.task.tolerances.items()},
+                "trials": [t.to_json() for t in trials], "seed": self._contract_seed,
+                "sys_path": [str(self.task.root)]}
+
+    def _added(self, candidate: Candidate) -> list[Trial]:
+        """The added inputs the candidate is checked on: the contract's, and those of the
+        sizes it newly compares with that the original holds to."""
+        sizes = size_trials(self.signatures(), self.compared_sizes(candidate))
+        return [*self.contract().admitted, *self.admit(sizes).admitted]
 
     def _reaching(self, steps: tuple[StepReport, ...]) -> tuple[StepReport, ...]:
         """Keep the captured calls that launch the kernel under optimization; the
@@ -359,11 +402,14 @@ class Engine:
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
         original = self.original()
+        # Trying new added inputs on the original is a job of its own, before this one.
+        added = [t.to_json() for t in self._added(candidate)] if built is not None else []
         started = time.monotonic()
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
+            payload["added"] = added
         payload_s = time.monotonic() - started
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics

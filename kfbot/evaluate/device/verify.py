@@ -78,8 +78,15 @@ def upcast(value: Any) -> Any:
 
 def call(fn: Op, inputs: InputSet) -> Any:
     out = fn(*clone(inputs.args), **clone(inputs.kwargs))
-    torch.cuda.synchronize()
+    wait()
     return out
+
+
+def wait() -> None:
+    """Wait for the GPU's work; nothing to wait for where CUDA never started (a CPU
+    stand-in of an op, on a machine without a GPU)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def reference_output(ref: Op, inputs: InputSet) -> tuple[Any, bool]:
