@@ -161,7 +161,8 @@ class Contract:
                  "memory": "too large for the free memory",
                  "untried": "not tried"}
         if counts:
-            out.append("left out: " + ", ".join(f"{n} {words[k]}" for k, n in counts.items()))
+            out.append("left out: " + ", ".join(f"{counts[k]} {words[k]}" for k in EXCLUSIONS
+                                                if k in counts))
         return "; ".join(out)
 
 
