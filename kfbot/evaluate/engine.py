@@ -251,11 +251,11 @@ class Engine:
                 "trials": [t.to_json() for t in trials], "seed": self._contract_seed,
                 "sys_path": [str(self.task.root)]}
 
-    def _added(self, candidate: Candidate) -> list[Trial]:
-        """The added inputs the candidate is checked on: the contract's, and those of the
-        sizes it newly compares with that the original holds to."""
+    def _added(self, candidate: Candidate) -> Contract:
+        """The added inputs the candidate is checked on, the admitted ones of this
+        contract: the standard ones, and those of the sizes it newly compares with."""
         sizes = size_trials(self.signatures(), self.compared_sizes(candidate))
-        return [*self.contract().admitted, *self.admit(sizes).admitted]
+        return Contract((*self.contract().verdicts, *self.admit(sizes).verdicts))
 
     def _reaching(self, steps: tuple[StepReport, ...]) -> tuple[StepReport, ...]:
         """Keep the captured calls that launch the kernel under optimization; the
@@ -403,13 +403,13 @@ class Engine:
         self.probe()  # no GPU: say so before spending minutes on builds
         original = self.original()
         # Trying new added inputs on the original is a job of its own, before this one.
-        added = [t.to_json() for t in self._added(candidate)] if built is not None else []
+        added = self._added(candidate) if built is not None else Contract()
         started = time.monotonic()
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
-            payload["added"] = added
+            payload["added"] = [t.to_json() for t in added.admitted]
         payload_s = time.monotonic() - started
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics
@@ -420,6 +420,7 @@ class Engine:
         result = _unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
+        result = replace(result, findings=(*result.findings, *added.findings()))
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
