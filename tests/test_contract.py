@@ -158,3 +158,46 @@ def test_the_original_narrows_the_contract(session: WorkerSession) -> None:
                                   "for the free memory")
     # Asked again, nothing runs: each trial is tried once.
     assert admitted(contract, trials, run) == contract and len(jobs) == 3
+
+
+# --- compared as the repository's test compares ------------------------------------------
+
+
+def test_an_output_the_tests_comparison_accepts_passes_with_a_warning() -> None:
+    torch = pytest.importorskip("torch")
+    from kfbot.evaluate.contract import lenient_findings
+    from kfbot.evaluate.device.lenient import leniency_of
+    from kfbot.evaluate.device.verify import Context, InputSet, Run, judge
+
+    inputs = InputSet("(4,) float32 seed#0", [torch.ones(4)], {})
+    got, want = torch.tensor([2.5]), torch.tensor(2.5, dtype=torch.float64)
+    strict = judge(Run(got), want, inputs, "reference", Context({}, None))
+    assert not strict["passed"]  # kfbot alone: shape (1,) is not ()
+    allclose = Context({}, None, lenient=leniency_of("torch.allclose"))
+    record = judge(Run(got), want, inputs, "reference", allclose)
+    assert record["passed"] and record["lenient"] == (
+        "shape (1,) against the reference's (), which the repository's torch.allclose accepts")
+    # Against the original, the op's own shape is the contract: no leniency there.
+    assert not judge(Run(got), want, inputs, "original", allclose)["passed"]
+    assert leniency_of("torch.testing.assert_close") is None  # as strict as kfbot
+    wrong = judge(Run(torch.tensor([9.0])), want, inputs, "reference", allclose)
+    assert not wrong["passed"] and "lenient" not in wrong  # accepted shapes, wrong values
+    finding, = lenient_findings([record, strict, record])
+    assert (finding.check, finding.severity) == ("as-the-test-compares", "warn")
+    assert finding.reason == ("kfbot's own comparison is stricter than the test's: shape (1,) "
+                              "against the reference's (), which the repository's "
+                              "torch.allclose accepts")
+
+
+def test_numpy_comparisons_promote_dtypes() -> None:
+    torch = pytest.importorskip("torch")
+    from kfbot.evaluate.device.lenient import leniency_of, relaxed
+
+    got = [torch.ones(3, dtype=torch.float32)]
+    want = torch.ones(3, dtype=torch.float16)
+    out, note = relaxed(got, want, leniency_of("numpy.allclose"))
+    assert out[0].dtype == torch.float32 and note.startswith("dtype float32 against the "
+                                                               "reference's float16")
+    assert relaxed(got, want, leniency_of("torch.allclose")) == (want, "")  # no promotion
+    # Not the same elements in the same order: broadcasting would compare other values.
+    assert relaxed([torch.ones(2, 3)], torch.ones(3), leniency_of("torch.allclose"))[1] == ""

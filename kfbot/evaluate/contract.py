@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from kfbot.anticheat.findings import Finding
+from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.inputs import (
     COMPARED_SIZE,
     edge_signatures,
@@ -206,6 +207,16 @@ def _announced(tail: str) -> int | None:
     return int(found[-1]) if found else None
 
 
+def lenient_findings(records: Iterable[Mapping[str, Any]]) -> list[Finding]:
+    """Where the repository's own comparison accepted an output that kfbot's stricter one
+    would not have (`device.lenient`): one warning per kind of difference."""
+    said = sorted({str(r["lenient"]) for r in records if r.get("lenient")})
+    return [Finding("as-the-test-compares", "runtime", "warn",
+                    f"kfbot's own comparison is stricter than the test's: {note}",
+                    "compared as the repository's test compares")
+            for note in said]
+
+
 def standard_trials(signatures: Sequence[CallSignature], block: int | None) -> list[Trial]:
     """The inputs every candidate is checked on besides the captured calls: edge shapes
     (size 1, odd, not a multiple of the block), each captured shape scaled up, and one
@@ -264,3 +275,17 @@ def estimated_bytes(sig: CallSignature) -> int:
     floating = sum(n * 8 // _ELEMENT_BYTES.get(d, 8) for n, d in sizes
                    if d.startswith(("float", "bfloat")))
     return 2 * inputs + largest + floating + 2 * largest
+
+
+def unverified_sizes(result: Evaluation, sizes: Sequence[int],
+                     inputs: Sequence[str]) -> Evaluation:
+    """A candidate that compares a size with a number is verified at that number where
+    inputs of that size fit; where none did, its report says so rather than let the
+    `size-literal` warning promise a check that did not run."""
+    if not sizes or any(label.startswith(COMPARED_SIZE) for label in inputs):
+        return result
+    said = ", ".join(str(v) for v in sizes)
+    return replace(result, findings=(*result.findings, Finding(
+        "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
+        f"with ({said}): inputs with a dimension that large exceed the verification limit",
+        f"verified on {len(inputs)} other input sets")))

@@ -34,7 +34,15 @@ from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
-from kfbot.evaluate.contract import Contract, Trial, admitted, size_trials, standard_trials
+from kfbot.evaluate.contract import (
+    Contract,
+    Trial,
+    admitted,
+    lenient_findings,
+    size_trials,
+    standard_trials,
+    unverified_sizes,
+)
 from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
@@ -44,7 +52,6 @@ from kfbot.evaluate.evaluation import (
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
-from kfbot.evaluate.inputs import COMPARED_SIZE
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
@@ -417,7 +424,7 @@ class Engine:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
-        result = _unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
+        result = unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
         result = replace(result, findings=(*result.findings, *added.findings()))
@@ -500,7 +507,7 @@ class Engine:
         if bad is not None:
             return replace(self._rejected(digest, bad, baseline, resources, checks, env,
                                           timings), phases=phases)
-        physics = self._physics(timings)
+        physics = [*self._physics(timings), *lenient_findings(records)]
         impossible = strict(physics)
         if impossible:
             return failed(digest, "anticheat", impossible[0].line(), resources, checks=checks,
@@ -575,20 +582,6 @@ def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> E
     return failed(
         digest, "runtime", job.reason, [*resources, *([diag] if diag is not None else [])]
     )
-
-
-def _unverified_sizes(result: Evaluation, sizes: Sequence[int],
-                      inputs: Sequence[str]) -> Evaluation:
-    """A candidate that compares a size with a number is verified at that number where
-    inputs of that size fit; where none did, its report says so rather than let the
-    `size-literal` warning promise a check that did not run."""
-    if not sizes or any(label.startswith(COMPARED_SIZE) for label in inputs):
-        return result
-    said = ", ".join(str(v) for v in sizes)
-    return replace(result, findings=(*result.findings, Finding(
-        "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
-        f"with ({said}): inputs with a dimension that large exceed the verification limit",
-        f"verified on {len(inputs)} other input sets")))
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:

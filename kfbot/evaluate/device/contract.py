@@ -23,7 +23,8 @@ import torch
 
 from kfbot.evaluate.compare import tolerance_for
 from kfbot.evaluate.contract import MEMORY_SHARE, Trial, Verdict
-from kfbot.evaluate.device.jobs import references_for, wrong_output
+from kfbot.evaluate.device.jobs import leniency, references_for, wrong_output
+from kfbot.evaluate.device.lenient import Leniency
 from kfbot.evaluate.device.loading import Op, load_op
 from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import InputSet
@@ -43,12 +44,13 @@ def try_on_original(payload: Mapping[str, Any]) -> dict[str, Any]:
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     seed = int(payload["seed"])
     device = str(payload.get("device", "cuda"))  # "cpu": a stand-in of the op, for tests
+    lenient = leniency(payload.get("references", []))
     verdicts: list[dict[str, Any]] = []
     for index, data in enumerate(payload["trials"]):
         print(f"{ANNOUNCE}{index}", flush=True)
         trial = Trial.from_json(data)
         verdict, sticky = _try(original, references, trial, int(data.get("bytes", 0)), seed,
-                               overrides, device)
+                               overrides, device, lenient)
         verdicts.append(verdict.to_json())
         if sticky:
             return {"verdicts": verdicts, "tried": index + 1, RESTART_KEY: True}
@@ -56,7 +58,8 @@ def try_on_original(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _try(original: Op, references: Any, trial: Trial, need: int, seed: int,
-         overrides: Mapping[str, Tolerance], device: str) -> tuple[Verdict, bool]:
+         overrides: Mapping[str, Tolerance], device: str,
+         lenient: Leniency | None) -> tuple[Verdict, bool]:
     free = _free_bytes(device)
     if need > free * MEMORY_SHARE:
         return Verdict(trial, "memory", f"it needs about {_gib(need)} on the {device}, more "
@@ -66,10 +69,11 @@ def _try(original: Op, references: Any, trial: Trial, need: int, seed: int,
         inputs = InputSet(trial.label, args, kwargs, tests=trial.signature.tests,
                           via=trial.signature.via)
         reference = references(inputs)
-        why = wrong_output(original, original, reference, inputs, overrides)
+        why = wrong_output(original, original, reference, inputs, overrides, lenient)
         if why is not None:
             return Verdict(trial, "wrong", _said(why)), False
-        if wrong_output(original, original, reference, inputs, _halved(overrides)) is not None:
+        if wrong_output(original, original, reference, inputs, _halved(overrides),
+                        lenient) is not None:
             return Verdict(trial, "narrow", "within the tolerance, but not within half of it"), \
                 False
     except (RuntimeError, ValueError, TypeError) as exc:

@@ -18,6 +18,7 @@ import torch
 
 from kfbot.evaluate.contract import Trial, shape_label
 from kfbot.evaluate.device import environment
+from kfbot.evaluate.device.lenient import Leniency, leniency_of, relaxed
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
 from kfbot.evaluate.device.probes import (
     Launch,
@@ -98,7 +99,8 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         "environment": environment.describe(),
     }
     ctx = Context(overrides, block, in_place=bool(payload.get("in_place")),
-                  probes=bool(payload.get("probes", True)))
+                  probes=bool(payload.get("probes", True)),
+                  lenient=leniency(payload.get("references", [])))
     result["phases"] = phases
     if payload.get("baseline"):
         with _phase(phases, "verify"):
@@ -152,8 +154,14 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"shapes": shapes, "environment": environment.describe()}
 
 
+def leniency(specs: Sequence[Mapping[str, Any]]) -> Leniency | None:
+    """What the repository's test's own comparison accepts (its first reference's)."""
+    return leniency_of(next((str(s.get("comparison") or "") for s in specs), ""))
+
+
 def wrong_output(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
-           overrides: Mapping[str, Tolerance]) -> str | None:
+                 overrides: Mapping[str, Tolerance],
+                 lenient: Leniency | None = None) -> str | None:
     """Why the candidate's output is not within tolerance of the reference (in float64,
     else in the inputs' precision), or of the original without a reference; None if it is."""
     got = call(candidate, inputs)
@@ -164,6 +172,8 @@ def wrong_output(candidate: Op, original: Op, reference: Op | None, inputs: Inpu
         expected = [wide, call(reference, inputs)] if upcast else [wide]
     problem = "no output to compare"
     for want in expected:
+        if reference is not None:
+            want, _ = relaxed(tensors(got), want, lenient)
         try:
             comps = compare_outputs(got, want, overrides, None)
         except (RuntimeError, ValueError, TypeError) as exc:
