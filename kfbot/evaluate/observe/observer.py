@@ -98,7 +98,7 @@ def observe(root: Path, report: ScanReport, builder: Builder,
         kernels.append((kernel.id, judged))
     return Observations(key, tuple(kernels), (*notes, *_file_lines(first)),
                         tuple(sorted(foreign))[:FOREIGN_SHOWN], _note(first.observed),
-                        len({r.test for r in first.observed}))
+                        len({r.test for r in first.observed if r.outcome != "crashed"}))
 
 
 def op_refs(kernels: Iterable[Kernel]) -> list[OpRef]:
