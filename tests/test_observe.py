@@ -349,3 +349,10 @@ def test_observing_without_a_gpu_says_so(tmp_path: Path) -> None:
                "(pip install expecttest)" in line for line in found.files)
     assert "tests/test_ops_mps.py: skipped, a Metal twin: it uses the mps device and never " \
            "CUDA" in found.files
+
+
+def test_scan_observe_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert main(["scan", str(PAIRS), "--observe"]) == 3
+    assert "observing the tests needs a CUDA GPU, and none is visible" in capsys.readouterr().err
