@@ -8,6 +8,7 @@ The end-to-end test runs real pytest processes on a small repository it writes.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -167,18 +168,36 @@ NEIGHBOURS = {
     "tests/test_devices.py": ('import pytest\nfrom myops import scale\n\n\n'
                               '@pytest.mark.parametrize("device", ["cpu", "cuda"])\n'
                               'def test_dev(device):\n    assert scale(6.0) == 12.0\n'),
+    # Starts a server it never stops: it must not outlive its file's process.
+    "tests/test_daemon.py": ("import os, subprocess\n\n\n"
+                             "def test_starts_a_server():\n"
+                             "    server = subprocess.Popen(['sleep', '600'])\n"
+                             "    open(os.path.join(os.path.dirname(__file__), 'server.pid'), 'w')"
+                             ".write(str(server.pid))\n"),
 }
 
 
 @pytest.fixture(scope="module")
-def neighbours(tmp_path_factory: pytest.TempPathFactory) -> CaptureResult:
-    root = write(tmp_path_factory.mktemp("neighbours"), NEIGHBOURS)
-    return capture_signatures(root, ["tests"], [SCALE], timeout_s=120, file_timeout_s=8,
-                              jobs=2)
+def neighbours_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("neighbours"), NEIGHBOURS)
+
+
+@pytest.fixture(scope="module")
+def neighbours(neighbours_root: Path) -> CaptureResult:
+    return capture_signatures(neighbours_root, ["tests"], [SCALE], timeout_s=120,
+                              file_timeout_s=8, jobs=2)
 
 
 def scalars(result: CaptureResult) -> set[object]:
     return {a.value for s in result.signatures for a in s.args if isinstance(a, ScalarSpec)}
+
+
+def test_nothing_a_file_started_outlives_it(neighbours: CaptureResult,
+                                            neighbours_root: Path) -> None:
+    run = next(r for r in neighbours.runs if r.target == "tests/test_daemon.py")
+    assert run.ok
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((neighbours_root / "tests" / "server.pid").read_text()), 0)
 
 
 def test_every_file_that_can_run_gives_its_calls(neighbours: CaptureResult) -> None:
