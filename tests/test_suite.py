@@ -184,8 +184,8 @@ def neighbours_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def neighbours(neighbours_root: Path) -> CaptureResult:
-    return capture_signatures(neighbours_root, ["tests"], [SCALE], timeout_s=120,
-                              file_timeout_s=8, jobs=2)
+    return capture_signatures(neighbours_root, ["tests"], [SCALE], timeout_s=240,
+                              file_timeout_s=20, jobs=2)
 
 
 def scalars(result: CaptureResult) -> set[object]:
@@ -223,7 +223,7 @@ def test_each_failure_is_named_with_its_evidence(neighbours: CaptureResult) -> N
         "cannot be collected: no module named 'kfbot_absent_dependency' "
         "(pip install kfbot-absent-dependency)")
     hung = runs["tests/test_hangs.py"]
-    assert hung.ran.timed_out and 7 < hung.ran.seconds < 30
+    assert hung.ran.timed_out and 19 < hung.ran.seconds < 60
     assert "waiting for a server that never answers" in hung.problem
     crashed = runs["tests/test_crashes.py"]
     assert crashed.ran.exit_code < 0 and "about to crash" in crashed.problem
@@ -237,7 +237,7 @@ def test_a_file_stopped_at_its_time_does_not_stop_the_rest(tmp_path: Path) -> No
                             "tests/test_a_hangs.py": NEIGHBOURS["tests/test_hangs.py"],
                             "tests/test_b.py": NEIGHBOURS["tests/test_good.py"]})
     started = time.monotonic()
-    result = capture_signatures(root, ["tests"], [SCALE], timeout_s=60, file_timeout_s=4)
-    assert time.monotonic() - started < 40
+    result = capture_signatures(root, ["tests"], [SCALE], timeout_s=120, file_timeout_s=15)
+    assert time.monotonic() - started < 90
     assert scalars(result) == {7.0, 1.5}  # the second file ran after the first was stopped
     assert [r.ran.timed_out for r in result.runs] == [True, False]
