@@ -1,5 +1,9 @@
 """`kfbot scan --explain <kernel>`: how the scan reached one kernel, or where it stopped.
 
+With observations from a GPU (`kfbot scan --observe`, kept per commit), the tests
+seen launching the kernel, each with what its mutant showed, and the test files that
+could not run.
+
 For each reference: the chain from the test to the kernel, one line per link (test,
 Python wrappers, binding, host calls, launch, kernel), each with file:line. References
 whose chains differ only in the test are one chain, "and 4 more like it". Without a
@@ -10,7 +14,7 @@ pairing fails. Lines fit the terminal (kfbot.terminal).
 
 from __future__ import annotations
 
-from kfbot.scan.model import Kernel, ReferenceTest, ScanReport, Step
+from kfbot.scan.model import Kernel, Observations, ReferenceTest, ScanReport, Step
 from kfbot.scan.summary import compared, confidence_words
 from kfbot.terminal import and_more, fitted, wrapped
 
@@ -27,6 +31,8 @@ def explain(report: ScanReport, kernel: Kernel, columns: int | None = None) -> s
         lines += [*_reference(ref, i, len(groups), others, columns), ""]
     if not kernel.references:
         lines += [*_unpaired(report, kernel), ""]
+    if report.observed is not None:
+        lines += [*_observed(report.observed, kernel), ""]
     for d in kernel.dispatch:
         siblings = ", ".join(k for k in d.kernels if k != kernel.id)
         when = " and ".join(f"`{c}`" for c in d.conditions) or "no other kernel's condition holds"
@@ -85,6 +91,15 @@ def _reference(ref: ReferenceTest, i: int, n: int, others: list[ReferenceTest],
     if others:
         named = [f"{r.file}:{r.line} {r.test}" for r in others]
         out.append(f"  the same way down from the op: {and_more(named[:_ALIKE], len(named))}")
+    return out
+
+
+def _observed(observed: Observations, kernel: Kernel) -> list[str]:
+    """What running the tests on a GPU showed about this kernel."""
+    out = [f"observed on a GPU at {observed.key} ({observed.tests_run} tests run"
+           + (f"; {observed.note}" if observed.note else "") + "):"]
+    out += [f"  {t.line()}" for t in kernel.observed] or ["  no test launched this kernel"]
+    out += [f"  {line}" for line in observed.files]
     return out
 
 
