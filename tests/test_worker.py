@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kfbot.errors import KfbotError
+from kfbot.evaluate.sandbox import sandbox
 from kfbot.evaluate.worker import (
     DEFAULT_TAIL_BYTES,
     JobResult,
@@ -317,3 +318,18 @@ def test_a_profile_folder_gets_one_profile_per_job(tmp_path: Path,
     (profile,) = tmp_path.glob("*.prof")
     names = {func[2] for func in pstats.Stats(str(profile)).stats}  # type: ignore[attr-defined]
     assert "echo" in names
+
+
+def test_the_worker_reads_the_folders_it_is_shown(tmp_path: Path) -> None:
+    """The builds a job loads lie in kfbot's cache, which a sandbox hides under /tmp unless
+    the session names it (as the engine names its build cache)."""
+    build = tmp_path / "cache" / "artifacts" / "ext.txt"
+    build.parent.mkdir(parents=True)
+    build.write_text("built")
+    with WorkerSession(python_path=[TESTS_DIR], readable=[tmp_path / "cache"]) as live:
+        result = live.call(job("read_file"), {"path": str(build)}, SLACK_S)
+    assert (result.status, result.value) == ("ok", {"text": "built"}), result.reason
+    if sandbox().available:  # (unsandboxed, every path can be read anyway)
+        with WorkerSession(python_path=[TESTS_DIR]) as live:
+            hidden = live.call(job("read_file"), {"path": str(build)}, SLACK_S)
+        assert hidden.status == "error" and "No such file" in hidden.reason, hidden.reason

@@ -121,3 +121,9 @@ def start_sleeper(payload: Payload) -> Payload:
 def sleep(payload: Payload) -> Payload:
     time.sleep(float(payload["seconds"]))
     return {"slept": payload["seconds"]}
+
+
+def read_file(payload: Payload) -> Payload:
+    """What a candidate's job does with the builds it is handed: read them by path."""
+    with open(payload["path"]) as f:
+        return {"text": f.read()}

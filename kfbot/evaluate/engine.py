@@ -137,6 +137,7 @@ class Engine:
                 cwd=self.task.root,
                 python_path=[KFBOT_PARENT],
                 preload=("torch",),
+                readable=[self.settings.cache_dir, self.builder.cache_dir],  # the builds
             )
         return self._session
 
