@@ -134,7 +134,14 @@ def build_namespace(spec: dict[str, Any]) -> None:
                if (fd := _open_device(path)) is not None]
     mount_proc()
     for point in mounts:
-        remount(point, read_only=True)
+        try:
+            remount(point, read_only=True)
+        except SetupError:
+            # A kernel file system under /sys that this namespace may not remount: what
+            # it holds is the kernel's, writable (if at all) with capabilities the
+            # command does not have. Anything else left writable is a failure.
+            if not point.startswith("/sys/"):
+                raise
     mount_dev(devices, int(spec["shm_bytes"]))
     for root in hidden:
         size = int(spec["tmp_bytes"]) if root == "/tmp" else 1 << 20
