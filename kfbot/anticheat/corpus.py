@@ -108,13 +108,27 @@ def run_corpus(
             if not base.ok:
                 raise KfbotError(f"{group[0].fixture}: the original fails: {base.reason}")
             by_hash = {e.candidate().hash: e for e in group}
+            done: list[tuple[str, Evaluation]] = []
             # Builds run on every core while the GPU evaluates the ones already built.
             for candidate, ev in engine.evaluate_many([e.candidate() for e in group]):
-                result = Outcome(by_hash[candidate.hash], ev, settings.static_checks)
+                done.append((candidate.hash, ev))
+            engine.settle()  # the last one's leftovers are named too
+            for digest, ev in done:
+                result = Outcome(by_hash[digest], _after_the_job(engine, digest, ev),
+                                 settings.static_checks)
                 outcomes.append(result)
                 if on_result is not None:
                     on_result(result)
     return outcomes
+
+
+def _after_the_job(engine: Engine, digest: str, ev: Evaluation) -> Evaluation:
+    """`ev`, rejected if the job after it found the device broken by it."""
+    found = engine.context_finding(digest)
+    if found is None:
+        return ev
+    return replace(ev, ok=False, stage="anticheat", reason=found.line(),
+                   findings=(*ev.findings, found))
 
 
 def _engines(fixtures: Path, entries: Sequence[Entry], settings: EngineSettings

@@ -46,6 +46,7 @@ from kfbot.evaluate.inputs import COMPARED_SIZE
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
+from kfbot.evaluate.redrawn import ADMIT_JOB, Redrawn, precision_finding
 from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
 from kfbot.evaluate.signature import CallSignature
@@ -82,6 +83,7 @@ class EngineSettings:
     measure_peaks: bool = True
     static_checks: bool = True  # off only to prove the runtime layer on its own
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
+    distributions: bool = True  # redrawn inputs (off only to measure what they cost)
 
 
 class Engine:
@@ -102,6 +104,10 @@ class Engine:
         # kernels share with the task's; by candidate, the kernels it must pass for.
         self.neighbours = Neighbours(task.neighbours, self._neighbour)
         self._shared: dict[str, tuple[str, ...]] = {}
+        self.redrawn = Redrawn(settings.distributions and settings.runtime_checks)
+        # Candidates after whose job the next one found the device broken: hash -> why.
+        self.broke_context: dict[str, str] = {}
+        self._last_job: str | None = None
 
     def __enter__(self) -> Engine:
         return self
@@ -381,13 +387,18 @@ class Engine:
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
+            self._admit(payload)
+            payload.update(self.redrawn.payload())
         payload_s = time.monotonic() - started
-        job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
+        job = self._evaluate_job(candidate.hash, payload)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        if built is not None:
+            result = replace(result, findings=(*result.findings, *self.redrawn.outside,
+                                               *precision_finding(job.value.get("precision"))))
         result = _unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
@@ -396,6 +407,48 @@ class Engine:
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
                                        "driver-round-trip": job.duration_s,
                                        "driver-judge": time.monotonic() - judged})
+
+    def _admit(self, payload: Mapping[str, Any]) -> None:
+        """Once per run: which redrawn input sets the original holds to."""
+        base = {k: payload[k] for k in ("op", "original", "references", "tolerances",
+                                        "signatures", "sys_path")}
+        self.redrawn.admit(lambda p: self.session.call(ADMIT_JOB, p,
+                                                       timeout_s=self.settings.job_timeout_s),
+                           base)
+
+    def _evaluate_job(self, digest: str, payload: Mapping[str, Any]) -> JobResult:
+        """The evaluate job; when it finds the device broken by the job before it, again
+        in a fresh worker (the session replaced it), and that job's candidate is named."""
+        job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
+        stale = job.value.get("stale") if job.ok and job.value is not None else None
+        if stale is not None:
+            if self._last_job is not None:
+                self.broke_context[self._last_job] = str(stale)
+            job = self.session.call(f"{JOBS}:evaluate", payload,
+                                    timeout_s=self.settings.job_timeout_s)
+        self._last_job = digest
+        return job
+
+    def settle(self, pause_s: float = 2.0) -> None:
+        """After the last candidate: give work it left running `pause_s` to surface, then
+        check the device, so the last candidate is named as any other would be."""
+        if self._session is None or self._last_job is None:
+            return
+        time.sleep(pause_s)
+        job = self.session.call(f"{JOBS}:device_health", {}, timeout_s=self.settings.job_timeout_s)
+        stale = job.value.get("stale") if job.ok and job.value is not None else job.reason
+        if stale:
+            self.broke_context[self._last_job] = str(stale)
+        self._last_job = None
+
+    def context_finding(self, digest: str) -> Finding | None:
+        """A strict finding for a candidate that left the device broken after its job."""
+        why = self.broke_context.get(digest)
+        if why is None:
+            return None
+        return Finding("broken-context", "runtime", "strict",
+                       "the worker's device was broken after this candidate's job ended, "
+                       "before the next job began (work it left running faulted later)", why)
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""

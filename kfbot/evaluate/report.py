@@ -100,7 +100,7 @@ def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
 def print_findings(ev: Evaluation, console: Console) -> None:
     """Anti-cheating findings: what rejected the candidate, warnings, review flags."""
     for f in ev.findings:
-        style = "red" if f.severity == "strict" else "yellow"
+        style = {"strict": "red", "warn": "yellow"}.get(f.severity, "dim")
         where = f"\n    {f.evidence}" if f.evidence else ""
         text = escape(f"[{f.check}] {f.reason}{where}")
         console.print(f"[{style}]{f.layer} {f.severity}[/{style}] {text}", highlight=False)
