@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
+from kfbot.anticheat.adequacy import Adequacy, cache_tag, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
@@ -341,7 +341,8 @@ class Engine:
         the tests are unchanged; None when the task has no test to run."""
         if not self.task.test_targets:
             return None
-        path = self.settings.cache_dir / "adequacy" / f"{self.prep.signature_key()}.json"
+        path = self.settings.cache_dir / "adequacy" / \
+            f"{self.prep.signature_key()}-{cache_tag()}.json"
         cached = load_cached(path)
         if cached is not None:
             return cached

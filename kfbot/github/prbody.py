@@ -217,7 +217,7 @@ def _evidence(r: PrReport, checks_limit: int) -> list[str]:
     lines += [f"  - {f.layer}/{f.severity}: {_cell(f.line())}" for f in ev.findings]
     if r.adequacy is not None:
         lines += [f"- Test adequacy: {r.adequacy.summary()}.", "",
-                  _folded("Test adequacy: the repository's test against trivial mutants",
+                  _folded("Test adequacy: the repository's test against mutants of the op",
                           r.adequacy.markdown())]
     lines += ["", _folded("All checks", _checks_table(ev.checks, checks_limit)), ""]
     return lines
