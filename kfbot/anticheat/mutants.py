@@ -31,6 +31,11 @@ class NotApplicable(Exception):
     """This mutant makes no sense for this op (e.g. no input shaped like the output)."""
 
 
+# Said (with a count, so each call's is a message of its own) by a replay mutant that
+# had nothing earlier to replay: the adequacy gate counts them against the calls.
+IDLE = "nothing earlier of this shape to replay"
+
+
 Op = Callable[..., Any]
 
 
@@ -181,14 +186,24 @@ _OF_OP: dict[str, Callable[[Any, list[object], dict[str, object], Op], Any]] = {
 # The last result of each shape and dtype this process's op returned: one test process
 # runs one mutant, so this lives as long as the run that needs it.
 _LAST: dict[tuple[tuple[int, ...], torch.dtype, str], torch.Tensor] = {}
+_IDLE_CALLS = [0]
 
 
 def _replayed(result: Any) -> Any:
+    replayed = [0]
+
     def replay(t: torch.Tensor) -> torch.Tensor:
         key = (tuple(t.shape), t.dtype, str(t.device))
         earlier = _LAST.get(key)
         _LAST[key] = t.detach().clone()
-        return t if earlier is None else earlier.clone()
+        if earlier is None:
+            return t
+        replayed[0] += 1
+        return earlier.clone()
 
-    return _map(result, replay)
+    out = _map(result, replay)
+    if not replayed[0]:  # the result is the op's own: say so, once per such call
+        _IDLE_CALLS[0] += 1
+        raise NotApplicable(f"{IDLE} (call {_IDLE_CALLS[0]})")
+    return out
 
