@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kfbot.anticheat.findings import Finding, Layer
+from kfbot.evaluate.light import Floor, floating_dtype, floor_for, matmul_flops, percent, run_light
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.stats import Speedup, compare_times, geometric_mean
 from kfbot.evaluate.steps import StepReport
@@ -82,6 +83,16 @@ class ShapeTiming:
     # The call signature the shape was timed with (CallSignature JSON): what a
     # reproduction makes its inputs from.
     signature: Mapping[str, Any] | None = field(default=None, compare=False)
+    floor: Floor | None = None  # the speed of light on this GPU (see `light`)
+
+    @property
+    def light(self) -> float | None:
+        """The candidate's % of the speed of light: floor time / its median time."""
+        return percent(self.floor.us if self.floor else None, self.speedup.candidate.median)
+
+    @property
+    def original_light(self) -> float | None:
+        return percent(self.floor.us if self.floor else None, self.speedup.baseline.median)
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,20 @@ class Evaluation:
         if not self.timings:
             return None
         return geometric_mean([t.speedup.ratio for t in self.timings])
+
+    @property
+    def light(self) -> float | None:
+        """The candidate's % of the speed of light over the shapes that are not
+        launch-bound (geometric mean), if any has a floor."""
+        found = run_light([(t.floor.us if t.floor else None, t.speedup.candidate.median)
+                           for t in self.timings])
+        return None if found is None else 100.0 * found
+
+    @property
+    def original_light(self) -> float | None:
+        found = run_light([(t.floor.us if t.floor else None, t.speedup.baseline.median)
+                           for t in self.timings])
+        return None if found is None else 100.0 * found
 
     @property
     def verdict(self) -> Verdict | None:
@@ -168,6 +193,10 @@ def shape_timings(
         bandwidth = rec.get("bytes", 0) / seconds if seconds > 0 else None
         flops = rec.get("flops")
         rate = flops / seconds if flops and seconds > 0 else None
+        inferred = None if flops else matmul_flops(rec.get("signature"))
+        floor = floor_for(int(rec.get("bytes", 0)), flops or inferred,
+                          floating_dtype(rec.get("signature")), peaks,
+                          "declared" if flops else "matmul shape" if inferred else "")
         out.append(
             ShapeTiming(
                 input=rec["input"],
@@ -177,6 +206,7 @@ def shape_timings(
                 flop_rate=rate,
                 bound=_bound(bandwidth, rate, seconds, peaks),
                 signature=rec.get("signature"),
+                floor=floor,
             )
         )
     return tuple(out)

@@ -19,6 +19,7 @@ from typing import Any
 from kfbot import __version__
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
+from kfbot.evaluate.light import light_text
 from kfbot.evaluate.report import MARKS
 from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
 from kfbot.search.archive import Individual
@@ -72,7 +73,8 @@ def verdict(name: str, ev: Evaluation) -> str:
         spread = f"geometric mean of {len(ratios)} shapes, {min(ratios):.2f}x–{max(ratios):.2f}x"
     gpu = ev.environment.get("gpu", "an unnamed GPU")
     inputs = len({c.input for c in ev.checks})
-    return f"{name}: {ev.speedup:.2f}x {word} ({spread}) on {gpu}, verified on " + \
+    light = f", at {ev.light:.0f}% of the speed of light" if ev.light is not None else ""
+    return f"{name}: {ev.speedup:.2f}x {word} ({spread}) on {gpu}{light}, verified on " + \
         _plural(inputs, "input")
 
 
@@ -184,17 +186,32 @@ def _max_error(ev: Evaluation, t: ShapeTiming) -> str:
 
 def _timings_table(ev: Evaluation) -> str:
     rows = ["| shape | original µs (median ± IQR) | candidate µs (median ± IQR) | speedup "
-            "| 95% CI | significance | max abs error |",
-            "|---|---:|---:|---:|---|---|---:|"]
+            "| 95% CI | significance | % of speed of light (original) | max abs error |",
+            "|---|---:|---:|---:|---|---|---:|---:|"]
     for t in ev.timings:
         s = t.speedup
+        light = f"{light_text(t.light)} ({light_text(t.original_light)})" \
+            if t.floor is not None else "–"
         rows.append(f"| `{_cell(t.input)}` | {s.baseline.median:.2f} ± {s.baseline.iqr:.2f} | "
                     f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f} | {s.ratio:.3f}x | "
-                    f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | "
+                    f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | {light} | "
                     f"{_max_error(ev, t)} |")
     if not ev.timings:
-        rows.append("| (no benchmark) | | | | | | |")
-    return "\n".join(rows)
+        rows.append("| (no benchmark) | | | | | | | |")
+    return "\n".join(rows + _floor_note(ev))
+
+
+def _floor_note(ev: Evaluation) -> list[str]:
+    """How the speed of light was set, once under the table."""
+    floors = [t.floor for t in ev.timings if t.floor is not None]
+    if not floors:
+        return []
+    flops = sorted({f.flops_from for f in floors if f.flops_from})
+    what = "the bytes each call must move" + (
+        f" and the FLOPs it must do ({', '.join(flops)})" if flops else "")
+    return ["", f"Speed of light: the least time {what} take at this GPU's measured copy "
+                "bandwidth and matmul rate (floor µs: "
+                + ", ".join(f"{f.us:.2f} {f.bound}" for f in floors) + ")."]
 
 
 def _evidence(r: PrReport, checks_limit: int) -> list[str]:

@@ -84,6 +84,9 @@ class OptimizeSettings:
     usd: float | None = None
     batch: int = 2
     migrate_every: int = 3
+    # Stop once a publishable candidate (or the original itself) runs at this % of the
+    # speed of light or more: what is left to win is within the floor's own error.
+    light_stop: float | None = 90.0
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     evaluate = through(executor, outcome_of, evaluations)
     search = IslandSearch(original, mut.propose, evaluate, budget,
                           SearchSettings(settings.islands, settings.migrate_every,
-                                         settings.batch, settings.seed), log, learn)
+                                         settings.batch, settings.seed), log, learn,
+                          near_light(evaluations, settings.light_stop))
     result = search.run()
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
@@ -208,6 +212,26 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                               else ())
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def near_light(evaluations: Mapping[str, Evaluation], threshold: float | None
+               ) -> Callable[[], str | None]:
+    """Why the search can stop: a publishable candidate, or the original as timed beside
+    any candidate, at `threshold` % of the speed of light or more."""
+
+    def reached() -> str | None:
+        if threshold is None:
+            return None
+        for digest, ev in evaluations.items():
+            if ev.original_light is not None and ev.original_light >= threshold:
+                return (f"the original already runs at {ev.original_light:.0f}% of the speed "
+                        f"of light (threshold {threshold:.0f}%)")
+            if ev.publishable and ev.light is not None and ev.light >= threshold:
+                return (f"candidate {digest[:10]} runs at {ev.light:.0f}% of the speed of "
+                        f"light (threshold {threshold:.0f}%)")
+        return None
+
+    return reached
 
 
 def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:

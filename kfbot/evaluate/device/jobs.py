@@ -50,6 +50,7 @@ from kfbot.evaluate.inputs import (
     literal_signatures,
     make_args,
     scaled_signatures,
+    storage_extent,
 )
 from kfbot.evaluate.reference import belongs
 from kfbot.evaluate.signature import CallSignature
@@ -508,7 +509,14 @@ def _flops(expression: str | None, args: tuple[list[Any], dict[str, Any]]) -> fl
 
 
 def _bytes(fn: Op, args: tuple[list[Any], dict[str, Any]]) -> int:
-    """Bytes read and written by one call: inputs plus outputs (a simple estimate)."""
+    """Bytes one call must read and write at least: every element its inputs and outputs
+    span, once (an expanded input's repeats are one element)."""
     ins = [a for a in [*args[0], *args[1].values()] if isinstance(a, torch.Tensor)]
     outs = [t for t in tensors(fn(*args[0], **args[1])) if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in [*ins, *outs])
+    return sum(_span(t) * t.element_size() for t in [*ins, *outs])
+
+
+def _span(t: torch.Tensor) -> int:
+    if any(s < 0 for s in t.stride()):
+        return t.numel()
+    return min(t.numel(), storage_extent(tuple(t.shape), tuple(t.stride())))
