@@ -5,11 +5,13 @@ input), and the seed schedule's phases."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from kfbot.evaluate.contract import shape_label  # noqa: E402
 from kfbot.evaluate.distributions import (  # noqa: E402
     DISTRIBUTIONS,
     PHASES,
@@ -20,6 +22,7 @@ from kfbot.evaluate.distributions import (  # noqa: E402
     sample,
 )
 from kfbot.evaluate.inputs import make_args  # noqa: E402
+from kfbot.evaluate.redrawn import distribution_trials  # noqa: E402
 from kfbot.evaluate.signature import CallSignature, ScalarSpec, TensorSpec  # noqa: E402
 
 N = 1 << 18
@@ -163,3 +166,59 @@ def test_the_schedule_uses_every_distribution_in_an_order_of_its_own() -> None:
     assert len(orders) > 20  # the order is the run's, not kfbot's
     by_phase = {phase: SeedSchedule(7).distributions(phase) for phase in PHASES}
     assert len(set(by_phase.values())) > 1
+
+
+# --- the redrawn inputs as trials of the contract -------------------------------------
+
+REPO = Path(__file__).resolve().parent / "data" / "softmax_repo"
+KFBOT_PARENT = str(Path(__file__).resolve().parents[1])
+
+
+def test_each_distribution_is_a_trial_and_signatures_take_turns() -> None:
+    sigs = [CallSignature("m.op", (_tensor((64, 8 + n)),), ()) for n in range(3)]
+    trials = distribution_trials(sigs, root=5)
+    assert sorted(t.values for t in trials) == sorted(DISTRIBUTIONS)
+    assert [t.signature.args[0].shape for t in trials] == [(64, 8), (64, 9), (64, 10),
+                                                           (64, 8), (64, 9)]
+    assert all(t.label == f"{t.values} {shape_label(t.signature)}" for t in trials)
+    many = [CallSignature("m.op", (_tensor((4, 2 + n)),), ()) for n in range(12)]
+    assert len(distribution_trials(many, root=5)) == 8  # every signature, up to 8
+    assert distribution_trials([], root=5) == []
+
+
+def test_a_trial_draws_the_same_values_in_every_process() -> None:
+    from kfbot.evaluate.device.values import values_for
+
+    trial = distribution_trials([CallSignature("m.op", (_tensor((16, 32)),), ())], 1)[0]
+    a, _ = values_for(trial, 99, "cpu")
+    b, _ = values_for(trial, 99, "cpu")
+    assert torch.equal(a[0], b[0])
+    others = [values_for(t, 99, "cpu")[0][0] for t in distribution_trials(
+        [CallSignature("m.op", (_tensor((16, 32)),), ())], 1)[1:]]
+    assert not any(torch.equal(a[0], o) for o in others)
+
+
+def test_where_the_original_overflows_the_input_leaves_the_contract() -> None:
+    """An original softmax without the max subtraction is right on the normal and
+    uniform draws and overflows on the heavy tail, the wide range and the spikes:
+    those three leave the contract as findings about the original."""
+    from kfbot.evaluate.contract import Contract, admitted
+    from kfbot.evaluate.worker import WorkerSession
+
+    spec = TensorSpec((64, 513), "float32", (513, 1), True, "cpu", -4.0, 4.0)
+    trials = distribution_trials([CallSignature("softmax_ops.softmax_no_max", (spec,), ())],
+                                 root=11)
+    payload = {"op": {"kind": "module", "module": "softmax_ops", "name": "softmax_no_max"},
+               "original": {"artifact": str(REPO / "softmax_ops.py"),
+                            "module_name": "softmax_ops"},
+               "references": [{"callable_ref": "softmax_ops:reference"}],
+               "tolerances": {}, "seed": 7, "device": "cpu", "sys_path": [str(REPO)]}
+    with WorkerSession(cwd=REPO, python_path=[KFBOT_PARENT, str(REPO)]) as session:
+        contract = admitted(Contract(), trials, lambda todo: session.call(
+            "kfbot.evaluate.device.contract:try_on_original",
+            {**payload, "trials": [t.to_json() for t in todo]}, timeout_s=120))
+    verdicts = {v.trial.values: v.exclusion for v in contract.verdicts}
+    assert verdicts == {"normal": None, "uniform": None, "pareto": "wrong", "wide": "wrong",
+                        "spikes": "wrong"}, contract.verdicts
+    reasons = [f.reason for f in contract.findings()]
+    assert len(reasons) == 3 and all(r.startswith("the original is wrong at ") for r in reasons)

@@ -148,3 +148,25 @@ def test_markers_round_trip_and_match_on_their_fields() -> None:
     assert find_status_marker(text, pr=13) is None
     assert make_marker("status", pr=1, command="scan") == "<!-- kfbot:status pr=1 command=scan -->"
     assert find_marker("<!-- kfbot:pr kernel=k -->", "status") is None
+
+
+def test_findings_about_the_original_have_their_own_lines() -> None:
+    from kfbot.evaluate.contract import Trial, Verdict
+    from kfbot.evaluate.report import to_markdown
+    from kfbot.evaluate.signature import CallSignature, TensorSpec
+
+    spec = TensorSpec((16, 12), "float32", (12, 1), True, "cuda")
+    trial = Trial("edge", "edge (16, 12) float32", CallSignature("ext.op", (spec,)))
+    about = Verdict(trial, "wrong", "reference's: 48 of 192 elements wrong (last_cols)").finding()
+    assert about is not None
+    cheat = Finding("size-literal", "runtime", "warn", "compares a size with 4096")
+    ev = _evaluation(findings=(cheat, about))
+    body = render(_report(evaluation=ev), make_marker("pr", kernel=KERNEL))
+    assert "- Anti-cheating findings (static rules, runtime probes, timers, physics floor): " \
+           "1 finding:" in body
+    assert ("- Findings about the original (1 input kfbot added, left out of the contract: "
+            "the candidate was not checked on them):\n  - the original is wrong at edge "
+            "(16, 12) float32: reference's: 48 of 192 elements wrong (last_cols)") in body
+    text = to_markdown("op", ev)
+    assert "About the original (inputs left out of the contract):\n\n- the original is wrong" \
+           in text

@@ -15,6 +15,7 @@ from rich.console import Console
 from kfbot import credentials, extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_repo_arguments, duration_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
@@ -76,6 +77,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--build-cpus", type=int, default=0, metavar="N",
                    help="with --executor ray: build as Ray tasks of N CPUs and no GPU, which "
                         "may run on CPU-only nodes (default 0: each GPU actor builds)")
+    add_observe_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
     pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
@@ -99,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
-    kernels = scan(root, config).kernels
+    report = scan(root, config)
+    named = [select_kernel(report.kernels, args.kernel)] if args.kernel else report.kernels
+    make = wanted(args.observe, named, root)
+    report = observed(root, report, make, args.file_timeout,
+                      confirm=[k.id for k in named] if args.kernel else None)
+    kernels = report.kernels
     chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
         [k for k in kernels if k.references]
     if not chosen:

@@ -60,8 +60,9 @@ PARETO_ALPHA = 1.5
 WIDE_EXPONENT = {"float16": 7}
 DEFAULT_WIDE_EXPONENT = 20
 SPIKE_FRACTION = 1 / 256
-# Spikes are 2**8..2**14 times the scale: past 88, where exp overflows float32.
-SPIKE_EXPONENTS = (8.0, 14.0)
+# Spikes are 2**10..2**16 times the scale (at least 256): past 88, where exp
+# overflows float32.
+SPIKE_EXPONENTS = (10.0, 16.0)
 
 Args = tuple[list[object], dict[str, object]]
 

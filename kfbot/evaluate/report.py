@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kfbot.evaluate.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
 from kfbot.evaluate.light import light_text
 from kfbot.evaluate.steps import StepReport, first_failure
@@ -42,6 +43,11 @@ def print_steps(steps: Sequence[StepReport], console: Console, details: bool = T
                       highlight=False, soft_wrap=True)
         if details and step.outcome in ("failed", "warning"):
             print_step_details(step, console)
+        elif details and step.step == "pair" and step.evidence:
+            # The observed tests: what running them on a GPU showed, one per line.
+            for line in step.evidence.splitlines():
+                console.print(f"            | {line}", highlight=False, markup=False,
+                              soft_wrap=True)
 
 
 def print_step_details(step: StepReport, console: Console) -> None:
@@ -112,10 +118,19 @@ def _floor_text(t: ShapeTiming) -> str:
 def print_findings(ev: Evaluation, console: Console) -> None:
     """Anti-cheating findings: what rejected the candidate, warnings, review flags."""
     for f in ev.findings:
+        if f.check == CONTRACT_FINDING:
+            continue
         style = {"strict": "red", "warn": "yellow"}.get(f.severity, "dim")
         where = f"\n    {f.evidence}" if f.evidence else ""
         text = escape(f"[{f.check}] {f.reason}{where}")
         console.print(f"[{style}]{f.layer} {f.severity}[/{style}] {text}", highlight=False)
+    about = [f for f in ev.findings if f.check == CONTRACT_FINDING]
+    if about:
+        console.print(f"[yellow]about the original[/yellow] ({len(about)} added inputs left "
+                      "out of the contract; candidates are not checked on them):",
+                      highlight=False)
+    for f in about:
+        console.print(f"    {escape(f.reason)}", highlight=False)
 
 
 def print_diagnostics(ev: Evaluation, console: Console) -> None:
@@ -187,9 +202,14 @@ def to_markdown(name: str, ev: Evaluation) -> str:
                 f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | "
                 f"{light_text(t.light)} |"
             )
-    if ev.findings:
+    cheats = [f for f in ev.findings if f.check != CONTRACT_FINDING]
+    about = [f for f in ev.findings if f.check == CONTRACT_FINDING]
+    if cheats:
         lines += ["", "Anti-cheating findings:", ""]
-        lines += [f"- {f.layer}/{f.severity}: {f.line()}" for f in ev.findings]
+        lines += [f"- {f.layer}/{f.severity}: {f.line()}" for f in cheats]
+    if about:
+        lines += ["", "About the original (inputs left out of the contract):", ""]
+        lines += [f"- {f.reason}" for f in about]
     failure = first_failure(ev.steps)
     if failure is not None:
         lines += ["", f"Stopped at the {failure.step} step: {failure.summary}"]

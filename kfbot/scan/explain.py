@@ -1,5 +1,9 @@
 """`kfbot scan --explain <kernel>`: how the scan reached one kernel, or where it stopped.
 
+With observations from a GPU (`kfbot scan --observe`, kept per commit), the tests
+seen launching the kernel, each with what its mutant showed, and the test files that
+could not run.
+
 For each reference: the chain from the test to the kernel, one line per link (test,
 Python wrappers, binding, host calls, launch, kernel), each with file:line. Without a
 reference: the first link that could not be followed, and the calls from tests into
@@ -9,7 +13,7 @@ pairing fails.
 
 from __future__ import annotations
 
-from kfbot.scan.model import Kernel, ReferenceTest, ScanReport, Step
+from kfbot.scan.model import Kernel, Observations, ReferenceTest, ScanReport, Step
 
 _SIGNALS = {"exception": "a mismatch raises", "exit_status": "a mismatch is the exit status",
             "printed": "a mismatch is only printed"}
@@ -22,6 +26,8 @@ def explain(report: ScanReport, kernel: Kernel) -> str:
         lines += [*_reference(ref, i, len(kernel.references)), ""]
     if not kernel.references:
         lines += [*_unpaired(report, kernel), ""]
+    if report.observed is not None:
+        lines += [*_observed(report.observed, kernel), ""]
     for d in kernel.dispatch:
         siblings = ", ".join(k for k in d.kernels if k != kernel.id)
         when = " and ".join(f"`{c}`" for c in d.conditions) or "no other kernel's condition holds"
@@ -60,6 +66,15 @@ def _reference(ref: ReferenceTest, i: int, n: int) -> list[str]:
     steps = ref.chain or (Step("test", f"{ref.test} calls {ref.op}", ref.file, ref.line),)
     width = max(len(f"{s.file}:{s.line}") for s in steps)
     out += [f"  {s.kind:<8}  {f'{s.file}:{s.line}':<{width}}  {s.name}" for s in steps]
+    return out
+
+
+def _observed(observed: Observations, kernel: Kernel) -> list[str]:
+    """What running the tests on a GPU showed about this kernel."""
+    out = [f"observed on a GPU at {observed.key} ({observed.tests_run} tests run"
+           + (f"; {observed.note}" if observed.note else "") + "):"]
+    out += [f"  {t.line()}" for t in kernel.observed] or ["  no test launched this kernel"]
+    out += [f"  {line}" for line in observed.files]
     return out
 
 

@@ -13,7 +13,14 @@ from kfbot import __version__
 from kfbot.listing import record_lines, table_fits
 from kfbot.scan.forked import Forked
 from kfbot.scan.json_text import ACCELERATED, JsonText, dumps_indented
-from kfbot.scan.model import Kernel, Problem, ReferenceTest, ScanReport
+from kfbot.scan.model import (
+    VERDICT_WORDS,
+    Kernel,
+    Observations,
+    Problem,
+    ReferenceTest,
+    ScanReport,
+)
 from kfbot.text import printable
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn: JSON output does without it
@@ -42,7 +49,13 @@ def to_json(report: ScanReport) -> dict[str, Any]:
         "kernels": [kernel_json(k) for k in report.kernels],
         "problems": [_record(p) for p in report.problems],
         "unfollowed": list(report.unfollowed),
+        **({"observation": _observation_json(report.observed)} if report.observed else {}),
     }
+
+
+def _observation_json(o: Observations) -> dict[str, Any]:
+    return {"key": o.key, "tests_run": o.tests_run, "files": list(o.files),
+            "foreign": list(o.foreign), "note": o.note}
 
 
 def json_text(report: ScanReport) -> str:
@@ -125,6 +138,7 @@ def kernel_json(k: Kernel, shared: dict[int, JsonText] | None = None) -> dict[st
         "dispatch": [_record(x) for x in k.dispatch],
         "editable_files": list(k.editable_files),
         "unpaired": list(k.unpaired),
+        "observed": [_record(t) for t in k.observed],
     }
 
 
@@ -243,6 +257,21 @@ def _print_footer(report: ScanReport, console: Console) -> None:
     if report.unfollowed:
         console.print(f"{len(report.unfollowed)} calls from tests into the repository's code "
                       "reached no op; `kfbot scan --explain KERNEL` shows where they stop")
+    for line in observation_lines(report.observed):
+        console.print(Text(printable(line)), highlight=False)
+
+
+def observation_lines(o: Observations | None) -> list[str]:
+    """What the observation on a GPU says about the whole repository."""
+    if o is None:
+        return []
+    out = [f"observed on a GPU at {o.key}: {o.tests_run} tests run"
+           + (f"; {o.note}" if o.note else "")]
+    out += [f"  {line}" for line in o.files]
+    if o.foreign:
+        out.append(f"  library kernels launched (no scanned definition): "
+                   f"{', '.join(o.foreign[:4])}" + (" ..." if len(o.foreign) > 4 else ""))
+    return out
 
 
 def _colour(p: Problem) -> str:
@@ -294,10 +323,12 @@ def _tunable_cell(k: Kernel) -> str:
 
 
 def _reference_cell(k: Kernel) -> str:
-    if not k.references:
-        return "NO REFERENCE TEST"
-    return "\n".join(f"{r.file}:{r.line} {r.test} vs {r.reference} ({r.confidence:.1f})"
-                     for r in k.references)
+    lines = [f"{r.file}:{r.line} {r.test} vs {r.reference} ({r.confidence:.1f})"
+             if r.origin != "observed" else f"{r.file}:{r.line} {r.test} [observed]"
+             for r in k.references]
+    lines += [f"observed: {t.test}: {VERDICT_WORDS[t.verdict].split(':')[0]}"
+              for t in k.observed if t.verdict != "checks"]
+    return "\n".join(lines) if k.references else "\n".join(["NO REFERENCE TEST", *lines])
 
 
 def to_markdown(report: ScanReport) -> str:
