@@ -124,7 +124,7 @@ def run_corpus(
 
 def _after_the_job(engine: Engine, digest: str, ev: Evaluation) -> Evaluation:
     """`ev`, rejected if the job after it found the device broken by it."""
-    found = engine.context_finding(digest)
+    found = engine.isolation.context_finding(digest)
     if found is None:
         return ev
     return replace(ev, ok=False, stage="anticheat", reason=found.line(),

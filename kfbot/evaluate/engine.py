@@ -48,10 +48,12 @@ from kfbot.evaluate.evaluation import (
     Evaluation,
     ShapeTiming,
     Stage,
+    evidence_of,
     failed,
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.isolation import Isolation
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
@@ -92,6 +94,7 @@ class EngineSettings:
     static_checks: bool = True  # off only to prove the runtime layer on its own
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
     distributions: bool = True  # redrawn inputs (off only to measure what they cost)
+    clean_room: bool = True  # outputs judged in a second worker (off only to measure it)
 
 
 class Engine:
@@ -118,9 +121,10 @@ class Engine:
         # The run's private seed schedule: redrawn inputs, warm-up, timed and repeated
         # calls (`evaluate.distributions`); never written out.
         self._schedule_root = secrets.randbits(63)
-        # Candidates after whose job the next one found the device broken: hash -> why.
-        self.broke_context: dict[str, str] = {}
-        self._last_job: str | None = None
+        # The judge worker and what the device said between jobs (`isolation`).
+        self.isolation = Isolation(self._new_session, settings.cache_dir / "clean-room" /
+                                   f"{os.getpid()}-{secrets.token_hex(4)}",
+                                   settings.job_timeout_s)
 
     def __enter__(self) -> Engine:
         return self
@@ -128,6 +132,7 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
+        self.isolation.close()
         self.neighbours.close()
         self.prep.close()
 
@@ -139,13 +144,12 @@ class Engine:
     @property
     def session(self) -> WorkerSession:
         if self._session is None:
-            self._session = WorkerSession(
-                gpu=self.settings.gpu,
-                cwd=self.task.root,
-                python_path=[KFBOT_PARENT],
-                preload=("torch",),
-            )
+            self._session = self._new_session()
         return self._session
+
+    def _new_session(self) -> WorkerSession:
+        return WorkerSession(gpu=self.settings.gpu, cwd=self.task.root,
+                             python_path=[KFBOT_PARENT], preload=("torch",))
 
     def probe(self) -> dict[str, Any]:
         """Device facts; a KfbotError with one line when there is no usable GPU."""
@@ -430,11 +434,14 @@ class Engine:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
             payload["added"] = [t.to_json() for t in added.admitted]
+            if self.settings.clean_room and self.settings.runtime_checks:
+                payload["clean_room"] = self.isolation.outputs_folder(candidate.hash)
         payload_s = time.monotonic() - started
-        job = self._evaluate_job(candidate.hash, payload)
+        job = self.isolation.evaluate_job(self.session, candidate.hash, payload)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
             return _runtime_failure(candidate.hash, job, resources)
+        clean_s = self.isolation.judge_saved(payload, job.value)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
         result = replace(result, findings=(*result.findings,
@@ -446,42 +453,13 @@ class Engine:
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
+                                       "clean-room": clean_s,
                                        "driver-round-trip": job.duration_s,
                                        "driver-judge": time.monotonic() - judged})
 
-    def _evaluate_job(self, digest: str, payload: Mapping[str, Any]) -> JobResult:
-        """The evaluate job; when it finds the device broken by the job before it, again
-        in a fresh worker (the session replaced it), and that job's candidate is named."""
-        job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
-        stale = job.value.get("stale") if job.ok and job.value is not None else None
-        if stale is not None:
-            if self._last_job is not None:
-                self.broke_context[self._last_job] = str(stale)
-            job = self.session.call(f"{JOBS}:evaluate", payload,
-                                    timeout_s=self.settings.job_timeout_s)
-        self._last_job = digest
-        return job
-
-    def settle(self, pause_s: float = 2.0) -> None:
-        """After the last candidate: give work it left running `pause_s` to surface, then
-        check the device, so the last candidate is named as any other would be."""
-        if self._session is None or self._last_job is None:
-            return
-        time.sleep(pause_s)
-        job = self.session.call(f"{JOBS}:device_health", {}, timeout_s=self.settings.job_timeout_s)
-        stale = job.value.get("stale") if job.ok and job.value is not None else job.reason
-        if stale:
-            self.broke_context[self._last_job] = str(stale)
-        self._last_job = None
-
-    def context_finding(self, digest: str) -> Finding | None:
-        """A strict finding for a candidate that left the device broken after its job."""
-        why = self.broke_context.get(digest)
-        if why is None:
-            return None
-        return Finding("broken-context", "runtime", "strict",
-                       "the worker's device was broken after this candidate's job ended, "
-                       "before the next job began (work it left running faulted later)", why)
+    def settle(self) -> None:
+        """After the last candidate of a session: see `Isolation.settle`."""
+        self.isolation.settle(self._session)
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""
@@ -594,7 +572,7 @@ class Engine:
                           checks=checks, environment=env)
         first = bad.finding()
         return failed(digest, "anticheat", first.line(), resources, checks=checks,
-                      environment=env, timings=timings, findings=_evidence(first, checks))
+                      environment=env, timings=timings, findings=evidence_of(first, checks))
 
 
 def no_reference_finding(task: KernelTask) -> Finding:
@@ -606,18 +584,6 @@ def no_reference_finding(task: KernelTask) -> Finding:
     else:
         why = "; ".join(task.unusable_references) or "the tests name no reference computation"
     return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
-
-
-def _evidence(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
-    """Every anti-cheating check that failed, the one that decided first: a cheat often
-    trips more than one (a library call is both a foreign kernel and, through its host
-    overhead, a timer disagreement), and the report shows all of them."""
-    seen, out = {first.check}, [first]
-    for check in checks:
-        if not check.passed and check.check not in seen and check.check != "correctness":
-            seen.add(check.check)
-            out.append(check.finding())
-    return tuple(out)
 
 
 def _artifact(result: BuildResult) -> dict[str, Any]:

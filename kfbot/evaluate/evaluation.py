@@ -225,3 +225,15 @@ def _bound(bandwidth: float | None, flop_rate: float | None, seconds: float,
             bandwidth / peaks["bandwidth_bytes_per_s"] >= 0.5:
         return "memory-bound"
     return "under-utilised"
+
+
+def evidence_of(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
+    """Every anti-cheating check that failed, the one that decided first: a cheat often
+    trips more than one (a library call is both a foreign kernel and, through its host
+    overhead, a timer disagreement), and the report shows all of them."""
+    seen, out = {first.check}, [first]
+    for check in checks:
+        if not check.passed and check.check not in seen and check.check != "correctness":
+            seen.add(check.check)
+            out.append(check.finding())
+    return tuple(out)

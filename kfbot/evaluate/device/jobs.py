@@ -17,6 +17,8 @@ import torch
 
 from kfbot.evaluate.contract import RECORDED, Trial, shape_label
 from kfbot.evaluate.device import environment, health
+from kfbot.evaluate.device.cleanroom import save_outputs
+from kfbot.evaluate.device.cleanroom import specs as clean_specs
 from kfbot.evaluate.device.lenient import Leniency, leniency_of, relaxed
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
 from kfbot.evaluate.device.precision import precision, precision_record
@@ -122,6 +124,11 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
                 result["precision"] = found
                 if found["verdict"] == "strict":
                     result["verify"].append(precision_record(found))
+        if payload.get("clean_room") and all(r["passed"] for r in result["verify"]):
+            with _phase(phases, "clean-room-save"):
+                result["saved"] = save_outputs(candidate, clean_specs(
+                    signatures, seeds[0], payload.get("added", []),
+                    int(payload.get("contract_seed") or seeds[0])), payload["clean_room"])
         if payload.get("bench") and all(r["passed"] for r in result["verify"]):
             result["bench"], result["probes"] = _bench(
                 original, candidate, signatures, _root(payload), payload["bench"], ctx, phases)
