@@ -44,7 +44,7 @@ def judge() -> Any:
 
 def test_the_judged_sets_are_the_first_of_each_shape_and_the_redrawn_ones() -> None:
     sets = _sets()
-    assert [s["label"] for s in sets][0] == "(32, 65) float32 seed#0"
+    assert sets[0]["label"] == "(32, 65) float32 seed#0"
     # recorded values with the evaluation's seed; redrawn ones with the contract's
     assert sorted((s["values"], s["seed"]) for s in sets) == [
         ("normal", 23), ("recorded", 17), ("uniform", 23)]
