@@ -16,7 +16,7 @@ from kfbot import credentials, extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
-from kfbot.commands.options import add_repo_arguments, duration_argument
+from kfbot.commands.options import add_repo_arguments, duration_argument, percent_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
@@ -54,9 +54,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--time", type=duration_argument, default=None, metavar="DURATION",
                    help="wall-clock limit per kernel, with a unit: 90s, 30m, 1h30m "
                         "(default: none)")
-    p.add_argument("--stop-at-light", type=float, default=90.0, metavar="PERCENT",
+    p.add_argument("--stop-at-light", type=percent_argument, default="90%", metavar="PERCENT",
                    help="stop once a publishable candidate, or the original, runs at this "
-                        "%% of the speed of light on the GPU or more (0: never; default 90)")
+                        "share of the speed of light on the GPU or more, e.g. 80%% (0%%: "
+                        "never; default 90%%)")
     p.add_argument("--islands", type=int, default=4, metavar="N",
                    help="populations that evolve apart and exchange their best")
     p.add_argument("--seed", type=int, default=None, metavar="N",
@@ -96,8 +97,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     if args.budget < 1 or args.islands < 1:
         raise KfbotError("--budget and --islands must be at least 1")
-    if not 0 <= args.stop_at_light <= 1000:
-        raise KfbotError(f"--stop-at-light must be a percentage, got {args.stop_at_light}")
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
@@ -113,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise KfbotError(f"{root}: no kernel with a reference test to optimize")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = OptimizeSettings(islands=args.islands, seed=seed, evaluations=args.budget,
-                                seconds=args.time, light_stop=args.stop_at_light or None)
+                                seconds=args.time, light_stop=100 * args.stop_at_light or None)
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:

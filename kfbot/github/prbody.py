@@ -291,9 +291,16 @@ def _lessons(lessons: Sequence[Lesson]) -> list[str]:
     if not lessons:
         return []
     lines = ["## Lessons added to `.kfbot/experience.md`", ""]
-    lines += [f"- {_cell(lesson.change)} ({lesson.origin}, {lesson.gpu}): {lesson.summary()}"
+    lines += [f"- {_cell(lesson.change)} ({_cell(_measured(lesson))}): {lesson.summary()}"
               for lesson in lessons]
     return [*lines, ""]
+
+
+def _measured(lesson: Lesson) -> str:
+    """The mutator, and where the lesson was measured: GPU, toolchain and run."""
+    parts = [lesson.origin, lesson.gpu, lesson.toolchain(),
+             f"run {lesson.run}" if lesson.run else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _reproduce(r: PrReport) -> list[str]:

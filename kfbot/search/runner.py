@@ -40,7 +40,15 @@ from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
 from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor
-from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
+from kfbot.search.experience import (
+    DEFAULT_PATH,
+    Lesson,
+    Where,
+    append_lessons,
+    candidate_tag,
+    read_lessons,
+    relevant,
+)
 from kfbot.search.features import cell_of
 from kfbot.search.islands import (
     Evaluate,
@@ -144,6 +152,8 @@ class OptimizeOutcome:
     # The changes that led from the original to the committed candidate, first to last
     # (the candidate's own rationale is the last): what its speedup is owed to.
     lineage: tuple[str, ...] = ()
+    # Why the committed candidate taught no lesson (a warning on it), for the report.
+    lesson_note: str | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -180,7 +190,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                            settings.usd), spent={"evaluations": len(log.load())})
     mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
-                   lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
+                   lessons=_known_lessons(task, Where.of(engine.device)))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
                           "the original", "original", 0)
     evaluations: dict[str, Evaluation] = {}
@@ -280,17 +290,27 @@ def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.R
     return learn
 
 
-def _known_lessons(task: KernelTask, gpu: str) -> tuple[str, ...]:
-    """Lessons from earlier runs worth showing the LLM, most relevant first."""
+def _known_lessons(task: KernelTask, here: Where) -> tuple[str, ...]:
+    """Lessons from earlier runs worth showing the LLM, most relevant first: retired ones
+    never, and one measured on another GPU, architecture or toolchain (or with no record
+    of where) said to be so, never passed off as this machine's."""
     path = task.root / DEFAULT_PATH
     if not path.is_file():
         return ()
     try:
-        found = relevant(read_lessons(path), task.kernel_id, gpu, limit=8)
+        standing = [x for x in read_lessons(path) if not x.retired]
     except KfbotError:
         return ()  # a damaged experience file must not stop the search; lessons says why
-    return tuple(f"{lesson.kernel} on {lesson.gpu}: {lesson.change} ({lesson.origin}) -> "
-                 f"{lesson.summary()}" for lesson in found)
+    found = relevant(standing, task.kernel_id, here.gpu, limit=8)
+    return tuple(lesson_line(lesson, here) for lesson in found)
+
+
+def lesson_line(lesson: Lesson, here: Where) -> str:
+    """A lesson as the LLM reads it, with where it was measured when not here."""
+    foreign = lesson.foreign_to(here)
+    note = f" [not measured on this machine: {foreign}]" if foreign else ""
+    return (f"{lesson.kernel} on {lesson.gpu}: {lesson.change} ({lesson.origin}) -> "
+            f"{lesson.summary()}{note}")
 
 
 def through(executor: Executor, outcome: Callable[[Candidate, Evaluation], Outcome],
@@ -317,12 +337,12 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     if patch is not None:
         (run_dir / PATCH).write_text(patch, encoding="utf-8")
         files["patch"] = run_dir / PATCH
+    outcome.lesson_note = _lessons(task, outcome, run_dir.name)
     (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch),
                                        encoding="utf-8")
     (run_dir / REPORT).write_text(json.dumps(_record(task, outcome), indent=1),
                                   encoding="utf-8")
     files["report"] = run_dir / "report.md"
-    _lessons(task, outcome)
     if outcome.committed is not None:
         _branch(task, outcome.committed, run_dir, files)
     return files
@@ -350,6 +370,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
              f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
              headline(task, outcome.committed, outcome.near_miss, outcome.lineage), ""]
     lines += _confirmation_lines(outcome.confirmation)
+    lines += [outcome.lesson_note, ""] if outcome.lesson_note else []
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
                   "```diff", patch, "```", ""]
@@ -447,20 +468,48 @@ def _patch(task: KernelTask, cand: Candidate) -> str:
     return unified_patch(originals, dict(cand.files))
 
 
-def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
-    """Append what the run learned: the committed change, tagged with its hash."""
-    found: list[Lesson] = []
-    if outcome.committed is not None:
-        ev, cand = outcome.committed
-        if cand.origin in ("params", "rules", "llm"):
-            gpu = str(ev.environment.get("gpu", "unknown GPU"))
-            verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
-            change = credited(outcome.lineage) or cand.rationale or "best candidate"
-            found.append(Lesson(task.kernel_id, gpu, change,
-                                cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
-                                datetime.date.today().isoformat(),
-                                (f"candidate-{cand.short}",)))
-    append_lessons(task.root / ".kfbot" / "experience.md", found)
+def _lessons(task: KernelTask, outcome: OptimizeOutcome, run_id: str) -> str | None:
+    """Append what the run learned: the committed change, tagged with its hash and with
+    where it was measured, when it passed every check with no warning; else why not."""
+    if outcome.committed is None:
+        return None
+    ev, cand = outcome.committed
+    if cand.origin not in ("params", "rules", "llm"):
+        return None
+    doubt = lesson_doubt(ev)
+    if doubt is not None:
+        return f"No lesson was recorded: {doubt}."
+    here = Where.of(ev.environment)
+    verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
+    change = credited(outcome.lineage) or cand.rationale or "best candidate"
+    lesson = Lesson(task.kernel_id, here.gpu or "unknown GPU", change, cand.origin, verdict,
+                    ev.speedup or 1.0, None, ev.reason, datetime.date.today().isoformat(),
+                    (candidate_tag(cand.hash),), run=run_id, arch=here.arch, cuda=here.cuda,
+                    torch=here.torch)
+    append_lessons(task.root / ".kfbot" / "experience.md", [lesson])
+    return None
+
+
+# Findings about the original (inputs it fails, which leave the contract), not about the
+# candidate: they do not keep a candidate's lesson out of the experience file.
+ABOUT_THE_ORIGINAL = frozenset({"original-contract"})
+
+
+def lesson_doubt(ev: Evaluation) -> str | None:
+    """Why a committed candidate's evaluation may not teach a lesson: a check that did
+    not pass, or a warning about it (a physics flag, a precision loss, a stricter
+    comparison than the test's...); None when it passed every check with none."""
+    if not ev.ok:
+        return f"the committed candidate's evaluation did not pass ({ev.reason})"
+    failed = [c for c in ev.checks if not c.passed]
+    if failed:
+        return f"the check {failed[0].check} on {failed[0].input} did not pass"
+    doubts = [f for f in ev.findings
+              if f.severity in ("warn", "strict") and f.check not in ABOUT_THE_ORIGINAL]
+    if doubts:
+        return "the committed candidate carries warnings: " + "; ".join(
+            f.line() for f in doubts[:3])
+    return None
 
 
 def _task_text(task: KernelTask) -> str:
