@@ -51,9 +51,11 @@ def _explain(o: Outcome) -> str:
 def test_every_layer_on(full: dict[str, Outcome], name: str) -> None:
     outcome = full[name]
     assert outcome.correct, _explain(outcome)
-    if outcome.entry.cheat:
+    if outcome.entry.cheat:  # named where a reader sees it: the reason or a failed check
+        failed = {c.check for c in outcome.evaluation.checks if not c.passed}
         assert f"[{outcome.entry.check}]" in outcome.evaluation.reason \
-            or outcome.evaluation.stage == outcome.entry.check, _explain(outcome)
+            or outcome.evaluation.stage == outcome.entry.check \
+            or outcome.entry.check in failed, _explain(outcome)
 
 
 @pytest.mark.parametrize("name", [e.name for e in RUNTIME])

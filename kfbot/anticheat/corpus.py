@@ -69,8 +69,12 @@ def _entry(folder: Path) -> Entry:
 
 
 def named_checks(ev: Evaluation) -> set[str]:
-    """The checks that rejected an evaluation (a plain mismatch is `correctness`)."""
+    """The checks that rejected an evaluation (a plain mismatch is `correctness`): its
+    strict findings and every check that failed on some input (an input drawn from one
+    distribution may name a cheat `correctness`, one from another `non-finite`; the
+    order of the redrawn inputs is the run's own)."""
     named = {f.check for f in ev.findings if f.severity == "strict"}
+    named |= {c.check for c in ev.checks if not c.passed}
     if ev.stage in ("correctness", "runtime", "build"):
         named.add("correctness" if ev.stage == "correctness" else ev.stage)
     return named

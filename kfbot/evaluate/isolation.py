@@ -1,10 +1,11 @@
 """What one candidate can do to the judging of itself and of the next, and the answers.
 
 - **A broken device for the next job.** Every evaluate job first checks that the device
-  works (`device.health`); one that finds it broken asks for a fresh worker and is run
-  again there, and the candidate of the job before is named (`broken-context`): work it
-  left running faulted after its job. `settle` gives the last candidate of a session
-  the same look.
+  works (`device.health`); one that finds it broken, or dies of a CUDA error in a
+  worker the job before used, is run again in a fresh worker, and when that run is
+  clean the candidate of the job before is named (`broken-context`): work it left
+  running faulted after its job. `settle` gives the last candidate of a session the
+  same look, after a pause.
 - **A process it could tamper with.** The candidate's worker judges it, but everything
   in that process is within the candidate's reach. So its outputs on a few input sets
   are also judged in the clean room (`device.cleanroom`): a second worker, started by
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kfbot.anticheat.findings import Finding
-from kfbot.evaluate.worker import JobResult, WorkerSession
+from kfbot.evaluate.worker import CUDA_KINDS, JobResult, WorkerSession
 
 JOBS = "kfbot.evaluate.device.jobs"
 CLEAN_ROOM_JOB = "kfbot.evaluate.device.cleanroom:judge"
@@ -42,6 +43,7 @@ class Isolation:
         self.timeout_s = timeout_s
         self.broke_context: dict[str, str] = {}  # candidate hash -> what the next job saw
         self._last_job: str | None = None
+        self._last_pid: int | None = None  # the worker the last job ran in
 
     def close(self) -> None:
         if self._judge is not None:
@@ -52,18 +54,24 @@ class Isolation:
 
     def evaluate_job(self, session: WorkerSession, digest: str, payload: Mapping[str, Any]
                      ) -> JobResult:
-        """The evaluate job; when it finds the device broken by the job before it, again
-        in a fresh worker (the session replaced it), and that job's candidate is named."""
+        """The evaluate job, run again in a fresh worker when it finds the device broken
+        at its start, or dies of a CUDA error in a worker an earlier job used: work that
+        job left running may have faulted during this one. When the second run is
+        clean, the earlier job's candidate is named, not this one."""
+        shared = session.pid is not None and session.pid == self._last_pid
         job = session.call(f"{JOBS}:evaluate", payload, timeout_s=self.timeout_s)
         stale = job.value.get("stale") if job.ok and job.value is not None else None
-        if stale is not None:
-            if self._last_job is not None:
-                self.broke_context[self._last_job] = str(stale)
-            job = session.call(f"{JOBS}:evaluate", payload, timeout_s=self.timeout_s)
-        self._last_job = digest
+        if stale is not None or (shared and job.kind in CUDA_KINDS):
+            again = session.call(f"{JOBS}:evaluate", payload, timeout_s=self.timeout_s)
+            if self._last_job is not None and (stale is not None or again.ok):
+                self.broke_context[self._last_job] = str(stale) if stale is not None else (
+                    f"the next candidate's job died of a CUDA error ({job.reason}) in the "
+                    "worker it had used, and passed in a fresh one")
+            job = again
+        self._last_job, self._last_pid = digest, session.pid
         return job
 
-    def settle(self, session: WorkerSession | None, pause_s: float = 2.0) -> None:
+    def settle(self, session: WorkerSession | None, pause_s: float = 5.0) -> None:
         """After the last candidate: give work it left running `pause_s` to surface, then
         check the device, so the last candidate is named as any other would be."""
         if session is None or self._last_job is None:
