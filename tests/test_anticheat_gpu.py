@@ -31,14 +31,32 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(kept) if kept else tmp_path_factory.mktemp("kfbot-corpus")
 
 
-@pytest.fixture(scope="module")
-def full(cache: Path) -> dict[str, Outcome]:
-    return {o.entry.name: o for o in run_corpus(FIXTURES, ENTRIES, _settings(cache, True))}
+def _selected(request: pytest.FixtureRequest, test: str) -> set[str]:
+    """The entries this session runs `test` on (`-k` picks a few: only they are
+    evaluated, not the whole corpus)."""
+    names = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and item.originalname == test:
+            names.add(str(callspec.params.get("name")))
+    return names
 
 
 @pytest.fixture(scope="module")
-def runtime_only(cache: Path) -> dict[str, Outcome]:
-    return {o.entry.name: o for o in run_corpus(FIXTURES, RUNTIME, _settings(cache, False))}
+def full(cache: Path, request: pytest.FixtureRequest) -> dict[str, Outcome]:
+    wanted = _selected(request, "test_every_layer_on") or {e.name for e in ENTRIES}
+    if any(i.originalname == "test_honest_candidates_are_timed_and_none_slower_than_noise"
+           for i in request.session.items):
+        wanted = {e.name for e in ENTRIES}
+    entries = [e for e in ENTRIES if e.name in wanted]
+    return {o.entry.name: o for o in run_corpus(FIXTURES, entries, _settings(cache, True))}
+
+
+@pytest.fixture(scope="module")
+def runtime_only(cache: Path, request: pytest.FixtureRequest) -> dict[str, Outcome]:
+    wanted = _selected(request, "test_runtime_layer_alone") or {e.name for e in RUNTIME}
+    entries = [e for e in RUNTIME if e.name in wanted]
+    return {o.entry.name: o for o in run_corpus(FIXTURES, entries, _settings(cache, False))}
 
 
 def _explain(o: Outcome) -> str:
