@@ -19,7 +19,7 @@ from kfbot.search.experience import (
     read_lessons,
     render_lesson,
 )
-from kfbot.search.runner import lesson_doubt, lesson_line
+from kfbot.search.provenance import lesson_doubt, lesson_line
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "csrc/softmax.cu::softmax_kernel"
