@@ -85,7 +85,7 @@ def test_declared_flops_give_a_rate_and_a_compute_bound_class() -> None:
 
 
 def test_every_failed_anticheat_check_is_evidence_the_first_decides() -> None:
-    from kfbot.evaluate.engine import _evidence
+    from kfbot.evaluate.evaluation import evidence_of as _evidence
 
     def check(name: str, passed: bool, error: str = "") -> Check:
         return Check(input="(3, 500) float32", against="original", passed=passed,
