@@ -134,3 +134,25 @@ def test_the_search_stops_near_the_floor() -> None:
     original_near = {"c" * 64: _evaluation(candidate_us=13.0, original_us=12.0)}
     said = near_light(original_near, 90.0)()
     assert said is not None and said.startswith("the original already runs at 9")
+
+
+def test_the_precision_a_candidate_keeps_is_shown_in_the_pull_request() -> None:
+    from kfbot.anticheat.findings import Finding
+    from kfbot.evaluate.redrawn import precision_finding
+
+    found = {"input": "(4096, 1024) float32 seed#0", "verdict": "warn",
+             "line": "the candidate keeps 17.9 bits against a float64 reference, the "
+                     "original 23.2 (float32): 5.3 bits lost"}
+    (warn,) = precision_finding(found)
+    assert (warn.check, warn.severity) == ("precision", "warn")
+    assert precision_finding({**found, "verdict": "strict"}) == []  # a failed check instead
+    assert precision_finding(None) == []
+    ev = _evaluation()
+    ev = Evaluation(ev.candidate, ev.stage, ev.ok, ev.reason, timings=ev.timings,
+                    environment=ev.environment,
+                    findings=(warn, Finding("fast-math", "static", "warn", "flag", "x")))
+    body = render(PrReport("k.cu::softmax_kernel", "softmax_kernel", ev), "<!-- m -->")
+    assert ("- Precision (warning): the candidate keeps 17.9 bits against a float64 "
+            "reference, the original 23.2 (float32): 5.3 bits lost (on `(4096, 1024) "
+            "float32 seed#0`).") in body
+    assert "1 finding:" in body  # the precision line is not counted as a cheat's finding

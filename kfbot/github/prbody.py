@@ -217,7 +217,8 @@ def _floor_note(ev: Evaluation) -> list[str]:
 
 def _evidence(r: PrReport, checks_limit: int) -> list[str]:
     ev = r.evaluation
-    cheats = [f for f in ev.findings if f.check != CONTRACT_FINDING]
+    cheats = [f for f in ev.findings if f.check not in (CONTRACT_FINDING, "precision")]
+    precision = [f for f in ev.findings if f.check == "precision"]
     against = {who: sum(c.against == who for c in ev.checks) for who in ("reference", "original")}
     probes: dict[str, int] = {}
     for c in ev.checks:
@@ -234,6 +235,10 @@ def _evidence(r: PrReport, checks_limit: int) -> list[str]:
              "- Anti-cheating findings (static rules, runtime probes, timers, physics floor): "
              + ("none." if not cheats else f"{_plural(len(cheats), 'finding')}:")]
     lines += [f"  - {f.layer}/{f.severity}: {_cell(f.line())}" for f in cheats]
+    # Bits of the op's dtype kept against a float64 reference, the original's beside:
+    # a warning when the candidate lost several (a lower precision inside).
+    lines += [f"- Precision{' (warning)' if f.severity == 'warn' else ''}: {_cell(f.reason)} "
+              f"(on `{_cell(f.evidence)}`)." for f in precision]
     lines += _about_the_original(ev)
     if r.adequacy is not None:
         lines += [f"- Test adequacy: {r.adequacy.summary()}.", "",
