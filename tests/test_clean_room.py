@@ -93,3 +93,11 @@ def test_a_file_that_is_not_plain_tensors_is_never_run(tmp_path: Path, judge: An
     records = judge(saved).value["records"]
     assert not records[0]["passed"] and "cannot be read" in records[0]["error"]
     assert not marker.exists()
+
+
+def test_an_op_that_answers_in_its_arguments_is_left_to_its_own_worker(
+        tmp_path: Path) -> None:
+    def in_place(x: Any) -> None:
+        x.mul_(2)
+
+    assert save_outputs(in_place, _sets(), str(tmp_path / "none"), device="cpu") == []
