@@ -22,6 +22,7 @@ import torch
 
 from kfbot.evaluate.contract import RECORDED, Trial, shape_label
 from kfbot.evaluate.device import health
+from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.loading import Op, load_op
 from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import (
@@ -80,7 +81,7 @@ def save_outputs(candidate: Op, sets: Sequence[Mapping[str, Any]], folder: str,
 def judge(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Job, in a worker no candidate ran in: each saved output against the reference (the
     original where there is none), on inputs made here."""
-    from kfbot.evaluate.device.jobs import references_for
+    from kfbot.evaluate.device.jobs import leniency, references_for
 
     numerics = health.pin_numerics()
     sys.path[:0] = [p for p in payload.get("sys_path", []) if p not in sys.path]
@@ -88,13 +89,17 @@ def judge(payload: Mapping[str, Any]) -> dict[str, Any]:
     references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     device = str(payload.get("device", "cuda"))
-    records = [_judged(original, references, spec, overrides, device)
+    lenient = leniency(payload.get("references", []))
+    records = [_judged(original, references, spec, overrides, device, lenient)
                for spec in payload["saved"]]
     return {"records": records, "numerics": numerics}
 
 
 def _judged(original: Op, references: Any, spec: Mapping[str, Any],
-            overrides: Mapping[str, Tolerance], device: str) -> dict[str, Any]:
+            overrides: Mapping[str, Tolerance], device: str,
+            lenient: Leniency | None = None) -> dict[str, Any]:
+    """One saved output against the reference, compared as the repository's test
+    compares where it is more lenient than kfbot (as in the candidate's own worker)."""
     inputs = _inputs(spec, device)
     try:
         got = torch.load(spec["file"], weights_only=True, map_location=device)
@@ -110,6 +115,8 @@ def _judged(original: Op, references: Any, spec: Mapping[str, Any],
         expected = [("original", call(original, inputs))]
     problem = "no expectation"
     for against, want in expected:
+        if against == "reference":
+            want, _ = relaxed(list(got), want, lenient)
         try:
             comps = compare_outputs(list(got), want, overrides, None)
         except (RuntimeError, ValueError, TypeError) as exc:
