@@ -268,7 +268,10 @@ class Engine:
         captured calls (edge, scaled and large shapes, and the captured shapes with
         their floating inputs redrawn from other distributions)."""
         trials = standard_trials(self.signatures(), self.task.block)
-        if self.settings.distributions and self.settings.runtime_checks:
+        # Redrawn values need a reference to judge the original by: where the original
+        # alone is the judge, an overflow of its own would bind the candidates to it.
+        if self.settings.distributions and self.settings.runtime_checks and \
+                self.task.references:
             trials += distribution_trials(self.signatures(), self._schedule_root)
         return self.admit(trials)
 
