@@ -47,9 +47,8 @@ from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
     ShapeTiming,
-    Stage,
-    evidence_of,
     failed,
+    rejected,
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
@@ -551,7 +550,7 @@ class Engine:
         bad = next((c for c in checks if not c.passed), None)
         phases = {k: float(v) for k, v in value.get("phases", {}).items()}
         if bad is not None:
-            return replace(self._rejected(digest, bad, baseline, resources, checks, env,
+            return replace(rejected(digest, bad, baseline, resources, checks, env,
                                           timings), phases=phases)
         physics = [*self._physics(timings), *lenient_findings(records)]
         impossible = strict(physics)
@@ -577,19 +576,6 @@ class Engine:
                  for t in timings]
         return physics_findings(rates, self.device.get("peaks"),
                                 int(self.device.get("l2_bytes") or 0))
-
-    @staticmethod
-    def _rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],
-                  checks: tuple[Check, ...], env: Mapping[str, Any],
-                  timings: tuple[Any, ...]) -> Evaluation:
-        why = bad.error or bad.description or f"mismatch on {bad.input}"
-        if baseline or bad.check == "correctness":
-            stage: Stage = "baseline" if baseline else "correctness"
-            return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
-                          checks=checks, environment=env)
-        first = bad.finding()
-        return failed(digest, "anticheat", first.line(), resources, checks=checks,
-                      environment=env, timings=timings, findings=evidence_of(first, checks))
 
 
 def no_reference_finding(task: KernelTask) -> Finding:

@@ -237,3 +237,18 @@ def evidence_of(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
             seen.add(check.check)
             out.append(check.finding())
     return tuple(out)
+
+
+def rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],
+             checks: tuple[Check, ...], env: Mapping[str, Any],
+             timings: tuple[Any, ...]) -> Evaluation:
+    """The evaluation a failed check makes: a baseline or correctness failure, or an
+    anti-cheating rejection with every failed check as evidence (`evidence_of`)."""
+    why = bad.error or bad.description or f"mismatch on {bad.input}"
+    if baseline or bad.check == "correctness":
+        stage: Stage = "baseline" if baseline else "correctness"
+        return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
+                      checks=checks, environment=env)
+    first = bad.finding()
+    return failed(digest, "anticheat", first.line(), resources, checks=checks,
+                  environment=env, timings=timings, findings=evidence_of(first, checks))
