@@ -108,14 +108,20 @@ def test_kernels_are_credited_to_the_innermost_op_call() -> None:
         HostEvent(3, "kfbot.op:obs_ext.offset", 200, 300, 7),  # nested in scale's call
         HostEvent(4, "aten::add", 600, 700, 7),  # outside every recorded call
         HostEvent(5, "aten::mul", 150, 160, 9),  # another thread
+        # A launch the profiler linked to no op: its runtime call, by the id they share.
+        HostEvent(41, "cudaLaunchKernel", 210, 220, 7, linked=77),
+        HostEvent(42, "cudaLaunchKernel", 650, 660, 7, linked=77),
     ]
     kernels = [KernelEvent(SCALE, 1), KernelEvent(SCALE, 1), KernelEvent(PLAIN_C, 3),
                KernelEvent("void at::fill<float>()", 2), KernelEvent("add_kernel", 4),
-               KernelEvent("mul_kernel", 5), KernelEvent("lost", 99)]
+               KernelEvent("mul_kernel", 5), KernelEvent("lost", 99),
+               KernelEvent("free_kernel(float*, int)", 0, 41),
+               KernelEvent("late_kernel", 0, 42)]
     got = {(launch.name, launch.op): launch.count for launch in attribute(kernels, host)}
     assert got == {(SCALE, "obs_ext.scale"): 2, (PLAIN_C, "obs_ext.offset"): 1,
                    ("void at::fill<float>()", "obs_ext.scale"): 1, ("add_kernel", None): 1,
-                   ("mul_kernel", None): 1, ("lost", None): 1}
+                   ("mul_kernel", None): 1, ("lost", None): 1,
+                   ("free_kernel(float*, int)", "obs_ext.offset"): 1, ("late_kernel", None): 1}
 
 
 def test_records_survive_a_line_cut_short(tmp_path: Path) -> None:
@@ -349,3 +355,10 @@ def test_observing_without_a_gpu_says_so(tmp_path: Path) -> None:
                "(pip install expecttest)" in line for line in found.files)
     assert "tests/test_ops_mps.py: skipped, a Metal twin: it uses the mps device and never " \
            "CUDA" in found.files
+
+
+def test_scan_observe_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert main(["scan", str(PAIRS), "--observe"]) == 3
+    assert "observing the tests needs a CUDA GPU, and none is visible" in capsys.readouterr().err

@@ -8,6 +8,7 @@ The end-to-end test runs real pytest processes on a small repository it writes.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -167,18 +168,36 @@ NEIGHBOURS = {
     "tests/test_devices.py": ('import pytest\nfrom myops import scale\n\n\n'
                               '@pytest.mark.parametrize("device", ["cpu", "cuda"])\n'
                               'def test_dev(device):\n    assert scale(6.0) == 12.0\n'),
+    # Starts a server it never stops: it must not outlive its file's process.
+    "tests/test_daemon.py": ("import os, subprocess\n\n\n"
+                             "def test_starts_a_server():\n"
+                             "    server = subprocess.Popen(['sleep', '600'])\n"
+                             "    open(os.path.join(os.path.dirname(__file__), 'server.pid'), 'w')"
+                             ".write(str(server.pid))\n"),
 }
 
 
 @pytest.fixture(scope="module")
-def neighbours(tmp_path_factory: pytest.TempPathFactory) -> CaptureResult:
-    root = write(tmp_path_factory.mktemp("neighbours"), NEIGHBOURS)
-    return capture_signatures(root, ["tests"], [SCALE], timeout_s=120, file_timeout_s=8,
-                              jobs=2)
+def neighbours_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("neighbours"), NEIGHBOURS)
+
+
+@pytest.fixture(scope="module")
+def neighbours(neighbours_root: Path) -> CaptureResult:
+    return capture_signatures(neighbours_root, ["tests"], [SCALE], timeout_s=240,
+                              file_timeout_s=20, jobs=2)
 
 
 def scalars(result: CaptureResult) -> set[object]:
     return {a.value for s in result.signatures for a in s.args if isinstance(a, ScalarSpec)}
+
+
+def test_nothing_a_file_started_outlives_it(neighbours: CaptureResult,
+                                            neighbours_root: Path) -> None:
+    run = next(r for r in neighbours.runs if r.target == "tests/test_daemon.py")
+    assert run.ok
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((neighbours_root / "tests" / "server.pid").read_text()), 0)
 
 
 def test_every_file_that_can_run_gives_its_calls(neighbours: CaptureResult) -> None:
@@ -204,7 +223,7 @@ def test_each_failure_is_named_with_its_evidence(neighbours: CaptureResult) -> N
         "cannot be collected: no module named 'kfbot_absent_dependency' "
         "(pip install kfbot-absent-dependency)")
     hung = runs["tests/test_hangs.py"]
-    assert hung.ran.timed_out and 7 < hung.ran.seconds < 30
+    assert hung.ran.timed_out and 19 < hung.ran.seconds < 60
     assert "waiting for a server that never answers" in hung.problem
     crashed = runs["tests/test_crashes.py"]
     assert crashed.ran.exit_code < 0 and "about to crash" in crashed.problem
@@ -218,7 +237,7 @@ def test_a_file_stopped_at_its_time_does_not_stop_the_rest(tmp_path: Path) -> No
                             "tests/test_a_hangs.py": NEIGHBOURS["tests/test_hangs.py"],
                             "tests/test_b.py": NEIGHBOURS["tests/test_good.py"]})
     started = time.monotonic()
-    result = capture_signatures(root, ["tests"], [SCALE], timeout_s=60, file_timeout_s=4)
-    assert time.monotonic() - started < 40
+    result = capture_signatures(root, ["tests"], [SCALE], timeout_s=120, file_timeout_s=15)
+    assert time.monotonic() - started < 90
     assert scalars(result) == {7.0, 1.5}  # the second file ran after the first was stopped
     assert [r.ran.timed_out for r in result.runs] == [True, False]

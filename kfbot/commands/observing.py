@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.scan.model import Kernel, Observations, ScanReport
 from kfbot.scan.observed import load, save, with_observations
 
@@ -72,7 +73,12 @@ def _make(root: Path, report: ScanReport, file_timeout_s: float,
     from kfbot.cache import cache_dir
     from kfbot.evaluate.build import Builder
     from kfbot.evaluate.observe.observer import ObserveSettings, observe
+    from kfbot.search.gpus import visible_gpus
 
+    if not visible_gpus():
+        raise KfbotError("observing the tests needs a CUDA GPU, and none is visible "
+                         "(nvidia-smi -L lists none, or CUDA_VISIBLE_DEVICES hides them); "
+                         "without one the static pairing is all there is", EXIT_MISSING_TOOL)
     print("kfbot: observing the tests on the GPU (each test file in its own process)...",
           file=sys.stderr)
     settings = ObserveSettings(file_timeout_s=file_timeout_s,

@@ -44,6 +44,7 @@ from kfbot.evaluate.inputs import (
     scaled_signatures,
 )
 from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.steps import StepReport
 from kfbot.evaluate.worker import CUDA_KINDS, JobResult
 
 Exclusion = Literal["wrong", "narrow", "raises", "cuda-error", "crash", "hangs", "memory",
@@ -205,6 +206,17 @@ def _announced(tail: str) -> int | None:
     """The index of the last trial the job said it was trying (`device.contract`)."""
     found = re.findall(r"^kfbot contract: trying (\d+)$", tail, re.MULTILINE)
     return int(found[-1]) if found else None
+
+
+def with_contract(result: Evaluation, steps: Sequence[StepReport], comparison: StepReport,
+                  contract: Contract) -> Evaluation:
+    """The baseline with the contract's findings about the original, and its comparison
+    step saying how many added inputs the original holds to."""
+    if contract.verdicts:
+        comparison = replace(comparison, summary=f"{comparison.summary}; {contract.summary()}",
+                             evidence="\n".join(f.reason for f in contract.findings()))
+    return replace(result, findings=(*result.findings, *contract.findings()),
+                   steps=(*steps, comparison))
 
 
 def lenient_findings(records: Iterable[Mapping[str, Any]]) -> list[Finding]:

@@ -42,6 +42,7 @@ from kfbot.evaluate.contract import (
     size_trials,
     standard_trials,
     unverified_sizes,
+    with_contract,
 )
 from kfbot.evaluate.evaluation import (
     Check,
@@ -249,16 +250,9 @@ class Engine:
         if failure is not None:
             return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
         result = self._run(ORIGINAL, None, bench=False)
-        step = comparison_step(result)
-        if result.ok:
-            # Only now: the inputs kfbot adds are tried on an original known to pass its
-            # own calls; where it fails them, they leave the contract as findings.
-            contract = self.contract()
-            result = replace(result, findings=(*result.findings, *contract.findings()))
-            if contract.verdicts:
-                step = replace(step, summary=f"{step.summary}; {contract.summary()}",
-                               evidence="\n".join(f.reason for f in contract.findings()))
-        return replace(result, steps=(*steps, step))
+        if result.ok:  # only an original that passes its own calls defines the contract
+            return with_contract(result, steps, comparison_step(result), self.contract())
+        return replace(result, steps=(*steps, comparison_step(result)))
 
     # --- the contract ----------------------------------------------------------------
 

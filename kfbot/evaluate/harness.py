@@ -16,7 +16,8 @@ come, so a script that fails or exits later keeps what it showed. When
 `KFBOT_OBSERVE` asks for it, the kernels the whole script launched are recorded too
 (`kfbot.evaluate.observe.recorder`), with whether it exited cleanly.
 
-This module imports neither torch nor, for scripts, pytest.
+This module imports neither torch nor, for scripts, pytest; the observer, when asked
+for, imports torch before the script runs (its profiler must be running first).
 """
 
 from __future__ import annotations

@@ -150,6 +150,7 @@ def _line_of(path: Path, name: str) -> int:
 # --- kept per state ----------------------------------------------------------------------
 
 FOLDER = Path(".kfbot") / "observed"
+_HASHED_BYTES = 1 << 20
 _EXCLUDE = ":(exclude).kfbot"
 
 
@@ -173,8 +174,13 @@ def state_key(root: Path) -> str | None:
     for rel in sorted(filter(None, untracked)):
         digest.update(b"\0" + rel + b"\0")
         path = root / os.fsdecode(rel)
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.read_bytes())
+        if not path.is_file() or path.is_symlink():
+            continue
+        stat = path.stat()
+        # Large untracked files (data, build outputs) by size and time: reading them all
+        # at every scan would cost more than the scan.
+        digest.update(path.read_bytes() if stat.st_size <= _HASHED_BYTES
+                      else f"{stat.st_size}:{stat.st_mtime_ns}".encode())
     return f"{head}-dirty-{digest.hexdigest()[:12]}"
 
 
@@ -185,6 +191,8 @@ def path_for(root: Path, key: str) -> Path:
 def load(root: Path, key: str | None = None) -> Observations | None:
     """The observation of the tree's current state (or of `key`), if one was kept; an
     unreadable or foreign file counts as none."""
+    if key is None and not (root / FOLDER).is_dir():
+        return None  # none was ever kept: no need to ask git for the state
     key = key if key is not None else state_key(root)
     if key is None:
         return None

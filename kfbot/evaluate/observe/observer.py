@@ -87,7 +87,7 @@ def observe(root: Path, report: ScanReport, builder: Builder,
     if not tests and not scripts:
         return Observations(key, note="no test file or script to run")
     first = _run(root, tests, scripts, ops, staged, settings, ObserveRequest("", profile=True))
-    seen, foreign = _gather(first.observed, report.kernels)
+    seen, foreign = _gather(first.observed, report.kernels, _called(first))
     kernels = []
     for kernel in report.kernels:
         if kernel.id not in seen:
@@ -194,10 +194,22 @@ def _run(root: Path, tests: Sequence[str], scripts: Sequence[str], ops: Sequence
             observe=ObserveRequest(out, request.profile, request.poison))
 
 
-def _gather(records: Sequence[RunRecord], kernels: Sequence[Kernel]
+def _called(run: CaptureResult) -> dict[str, list[str]]:
+    """The recorded ops each test called, from the call signatures it made."""
+    called: dict[str, list[str]] = defaultdict(list)
+    for sig in run.signatures:
+        for test in sig.tests:
+            if sig.op not in called[test]:
+                called[test].append(sig.op)
+    return called
+
+
+def _gather(records: Sequence[RunRecord], kernels: Sequence[Kernel],
+            called: Mapping[str, Sequence[str]]
             ) -> tuple[dict[str, dict[str, _Seen]], set[str]]:
-    """Per kernel id, the tests that launched it; and the launched names no scanned
-    kernel matches."""
+    """Per kernel id, the tests that launched it, with the ops the launches came
+    through (where the profile does not say, the ops the test called); and the
+    launched names no scanned kernel matches."""
     seen: dict[str, dict[str, _Seen]] = defaultdict(dict)
     foreign: set[str] = set()
     for record in records:
@@ -209,8 +221,8 @@ def _gather(records: Sequence[RunRecord], kernels: Sequence[Kernel]
             for kernel in found.kernels:
                 entry = seen[kernel.id].setdefault(
                     record.test, _Seen("pytest" if "::" in record.test else "script"))
-                if launch.op is not None:
-                    entry.ops[launch.op] = None
+                for op in [launch.op] if launch.op is not None else called.get(record.test, []):
+                    entry.ops[op] = None
                 entry.outcome = record.outcome
     return seen, foreign
 

@@ -33,29 +33,36 @@ RANGE_PREFIX = "kfbot.op:"
 
 @dataclass(frozen=True)
 class HostEvent:
-    """A host-side profiler event: an op, a range, a runtime call."""
+    """A host-side profiler event: an op or a range (`linked` 0), or a CUDA runtime
+    call such as cudaLaunchKernel (`linked`: the op it was made in)."""
 
     correlation: int
     name: str
     start: int
     end: int
     thread: int
+    linked: int = 0
 
 
 @dataclass(frozen=True)
 class KernelEvent:
     name: str
-    linked: int  # the correlation id of the host event that launched it
+    linked: int  # the correlation id of the op (or range) that launched it
+    correlation: int = 0  # shared with the runtime call that launched it
 
 
 def attribute(kernels: Sequence[KernelEvent], host: Sequence[HostEvent]) -> tuple[Launch, ...]:
     """Each kernel with the innermost `kfbot.op:` range around the host event that
-    launched it, counted; kernels launched outside every range have no op."""
-    by_id = {e.correlation: e for e in host if e.correlation > 0}
+    launched it, counted; kernels launched outside every range have no op.
+
+    The launching event is the op the kernel is linked to, else (where the profiler
+    linked none) the runtime call that launched it, found by their shared id."""
+    ops = {e.correlation: e for e in host if e.correlation > 0 and e.linked == 0}
+    calls = {e.correlation: e for e in host if e.correlation > 0 and e.linked != 0}
     ranges = [e for e in host if e.name.startswith(RANGE_PREFIX)]
     counts: Counter[tuple[str, str | None]] = Counter()
     for kernel in kernels:
-        origin = by_id.get(kernel.linked)
+        origin = ops.get(kernel.linked) or calls.get(kernel.correlation)
         op = _innermost(origin, ranges) if origin is not None else None
         counts[(kernel.name, op)] += 1
     return tuple(Launch(name, op, n) for (name, op), n in counts.items())
@@ -127,10 +134,12 @@ class Recorder:
         for e in events:
             if e.device_type().name == "CUDA":
                 if _is_kernel(e.name()):
-                    kernels.append(KernelEvent(e.name(), int(e.linked_correlation_id())))
-            elif int(e.linked_correlation_id()) == 0:
+                    kernels.append(KernelEvent(e.name(), int(e.linked_correlation_id()),
+                                               int(e.correlation_id())))
+            else:
                 host.append(HostEvent(int(e.correlation_id()), e.name(), int(e.start_ns()),
-                                      int(e.end_ns()), int(e.start_thread_id())))
+                                      int(e.end_ns()), int(e.start_thread_id()),
+                                      int(e.linked_correlation_id())))
         return attribute(kernels, host)
 
     @contextlib.contextmanager
