@@ -101,7 +101,8 @@ def test_the_body_reads_top_down_with_the_marker_on_line_two() -> None:
            "(it would let through: constant)." in body
     assert "| gpu | NVIDIA H100 |\n| driver | 550.54.15 |\n| cuda | 12.4 |\n| torch | 2.5.1 |" \
         in body
-    assert "```mermaid\nxychart-beta" in body and "<details><summary>Search history" in body
+    assert "```mermaid\n%%{init: " in body and "\nxychart-beta\n" in body
+    assert "<details><summary>Search history" in body
     assert "- warp shuffles (llm, NVIDIA H100): 1.840x faster" in body
     assert "kfbot verify softmax_kernel --candidate kfbot.patch --finalist" in body
     assert "What changed since the last run" not in body

@@ -26,7 +26,7 @@ from kfbot.evaluate.steps import first_failure
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.budget import Budget, Limits
+from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
@@ -159,7 +159,8 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             settings: OptimizeSettings, args: argparse.Namespace, console: Console,
             gpus: list[int]) -> int:
-    console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
+    console.print(f"stopped: {outcome.result.stopped or 'finished'}; "
+                  f"{spent_words(outcome.spent)}", highlight=False)
     code = _result(outcome, run_dir, console)
     if code == EXIT_OK and (args.publish or args.publish_dry_run):
         code = _publish(task, outcome, settings, args, gpus, console)

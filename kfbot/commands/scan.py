@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from kfbot import terminal
 from kfbot.cache import cache_dir
 from kfbot.commands.observing import add_observe_arguments, observed
 from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
                  report.files_scanned, report.root, time.perf_counter() - started,
                  len(report.kernels), len(report.problems))
         if args.explain:
-            sys.stdout.write(explain(report, select_kernel(report.kernels, args.explain)))
+            explained = select_kernel(report.kernels, args.explain)
+            sys.stdout.write(explain(report, explained, terminal.width()))
             return EXIT_OK
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]

@@ -182,6 +182,11 @@ class ReferenceTest:
     chain: tuple[Step, ...] = ()
 
 
+# How a Problem says that tree-sitter could not read parts of a file, followed by how
+# many places: code it cannot read may compile all the same (a macro it does not know).
+NOT_UNDERSTOOD = "tree-sitter did not understand"
+
+
 @dataclass(frozen=True)
 class Problem:
     """Something the scan could not read or understand; the scan goes on."""
