@@ -12,10 +12,12 @@ runs in one isolated worker session, restarted after any crash.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,6 +58,8 @@ from kfbot.scan.model import InlineSource
 from kfbot.scan.python_facts import extract_python_facts
 from kfbot.text import read_source
 
+log = logging.getLogger(__name__)
+
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
@@ -82,6 +86,9 @@ class EngineSettings:
     measure_peaks: bool = True
     static_checks: bool = True  # off only to prove the runtime layer on its own
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
+    # A candidate's kernel compiled alone where it can be (`build.fast`); off only to
+    # compare with the full build.
+    fast_builds: bool = True
 
 
 class Engine:
@@ -90,6 +97,7 @@ class Engine:
     ) -> None:
         self.task = task
         self.settings = settings
+        self._owns_builder = builder is None
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
@@ -111,6 +119,8 @@ class Engine:
             self._session.close()
         self.neighbours.close()
         self.prep.close()
+        if self._owns_builder:  # a compile still running (the fast path's warm-up) ends
+            self.builder.stop()
 
     def _neighbour(self, task: KernelTask) -> Engine:
         return Engine(replace(task, neighbours=()), self.settings, builder=self.builder)
@@ -159,6 +169,7 @@ class Engine:
             params=dict(candidate.params),
             tag=candidate.short,
             inline_sources=self._inline(candidate),
+            kernel=self.task.kernel_name if self.settings.fast_builds else "",
         )
 
     def _inline(self, candidate: Candidate) -> tuple[InlineSource, ...]:
@@ -184,6 +195,7 @@ class Engine:
         """The original's build: kfbot's own, or the repository's setup.py build when
         kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
+            self._warm_fast_path()
             built, fallback = self.prep.original_attempt()
             if not built.ok and fallback is not None and fallback.ok:
                 built = fallback.result(self.task.build)
@@ -196,6 +208,15 @@ class Engine:
                 )
             self._original = built
         return self._original
+
+    def _warm_fast_path(self) -> None:
+        """The host part the fast path links candidates to, compiled beside the original
+        (each takes about as long): the first candidate does not wait for it."""
+        if not self.settings.fast_builds:
+            return
+        request = self.request(ORIGINAL)
+        threading.Thread(target=_quietly, args=(self.builder.warm, request),
+                         name="kfbot-warm-fast-path", daemon=True).start()
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -559,6 +580,13 @@ def _unverified_sizes(result: Evaluation, sizes: Sequence[int],
         "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
         f"with ({said}): inputs with a dimension that large exceed the verification limit",
         f"verified on {len(inputs)} other input sets")))
+
+
+def _quietly(warm: Callable[[BuildRequest], None], request: BuildRequest) -> None:
+    try:
+        warm(request)
+    except Exception as exc:  # the first candidate meets the same problem and says it
+        log.debug("warming the fast path failed: %s", exc)
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:
