@@ -63,10 +63,12 @@ from kfbot.search.report import (
     unified_patch,
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
-from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
+from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
+from kfbot.search.stopping import RunStopped, shielded
 from kfbot.search.winner import (
     Confirmed,
     NeedsParameters,
+    committable,
     confirm,
     near_miss,
     needs_parameters,
@@ -84,6 +86,8 @@ class OptimizeSettings:
     usd: float | None = None
     batch: int = 2
     migrate_every: int = 3
+    started: float | None = None  # time.monotonic() when the run began: `seconds` from it
+    reserve_s: float = 0.0  # of `seconds`, kept for what the command does after the search
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,11 @@ class OptimizeOutcome:
     # The changes that led from the original to the committed candidate, first to last
     # (the candidate's own rationale is the last): what its speedup is owed to.
     lineage: tuple[str, ...] = ()
+    # Stopped before the end (a signal, the hard time limit): why, the exit code the
+    # command gives, and the fastest candidate verified so far, not timed again.
+    interrupted: str | None = None
+    exit_code: int = 0
+    unconfirmed: tuple[Candidate, float] | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -174,7 +183,8 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
         executor = EngineExecutor(engine)
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
-                           settings.usd), spent={"evaluations": len(log.load())})
+                           settings.usd), spent={"evaluations": len(log.load())},
+                    started=settings.started, reserve_s=settings.reserve_s)
     mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
                    lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
@@ -187,15 +197,26 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
         fitness = ev.speedup if ev.ok and ev.speedup is not None else None
         return Outcome(cell_for(task, dict(cand.files)), fitness, ev.stage, ev.reason)
 
-    evaluate = through(executor, outcome_of, evaluations)
+    evaluate = through(executor, outcome_of, evaluations, budget)
     search = IslandSearch(original, mut.propose, evaluate, budget,
                           SearchSettings(settings.islands, settings.migrate_every,
                                          settings.batch, settings.seed), log, learn)
-    result = search.run()
+    try:
+        result = search.run()
+        logged = {h: i.fitness for h, i in log.load().items() if i.fitness and i.fitness > 1.0}
+        confirmed = confirm(evaluations, mut.candidates,
+                            lambda c: executor.evaluate([c])[0][1], logged,
+                            lambda: budget.seconds_left() is None or
+                            (budget.seconds_left() or 0.0) > budget.pace.again_s())
+    except RunStopped as stop:  # write what is verified so far; the command says it stopped
+        outcome = stopped_outcome(search.result(f"stopped: {stop.reason}"), evaluations,
+                                  mut.candidates, budget, stop)
+        with shielded():
+            outcome.files = write_outputs(task, outcome, run_dir, settings)
+        return outcome
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
-    confirmed = confirm(evaluations, mut.candidates, lambda c: executor.evaluate([c])[0][1])
     committed = confirmed.committed
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
                               adequacy=engine.adequacy(), committed=committed,
@@ -206,8 +227,25 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                                                                 mut.candidates, committed),
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
-    outcome.files = write_outputs(task, outcome, run_dir, settings)
+    with shielded():
+        outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def stopped_outcome(result: SearchResult, evaluations: Mapping[str, Evaluation],
+                    candidates: Mapping[str, Candidate], budget: Budget,
+                    stop: RunStopped) -> OptimizeOutcome:
+    """A run stopped before it confirmed a winner: nothing is committed; the fastest
+    candidate verified so far is named, with its figure from the search."""
+    found = committable(evaluations, candidates)
+    logged = [(i.fitness, candidates[i.hash]) for i in result.history
+              if i.fitness and i.fitness > 1.0 and i.hash in candidates
+              and i.hash not in evaluations and not candidates[i.hash].params]
+    best = max([*([(found[0].speedup or 0.0, found[1])] if found else []), *logged],
+               key=lambda pair: pair[0], default=None)
+    return OptimizeOutcome(result, found[0] if found else None, found[1] if found else None,
+                           budget.spent(), interrupted=stop.reason, exit_code=stop.exit_code,
+                           unconfirmed=(best[1], best[0]) if best else None)
 
 
 def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:
@@ -270,12 +308,15 @@ def _known_lessons(task: KernelTask, gpu: str) -> tuple[str, ...]:
 
 
 def through(executor: Executor, outcome: Callable[[Candidate, Evaluation], Outcome],
-            evaluations: dict[str, Evaluation]) -> Evaluate:
-    """The search's `evaluate` over an executor; every evaluation is kept in `evaluations`."""
+            evaluations: dict[str, Evaluation], budget: Budget | None = None) -> Evaluate:
+    """The search's `evaluate` over an executor; every evaluation is kept in `evaluations`
+    and its build and GPU seconds tell the budget's pace."""
 
     def evaluate(cands: Sequence[Candidate]) -> Iterable[tuple[Candidate, Outcome]]:
         for cand, ev in executor.evaluate(cands):
             evaluations[cand.hash] = ev
+            if budget is not None:
+                budget.pace.evaluated(ev.build_seconds, ev.eval_seconds)
             yield cand, outcome(cand, ev)
 
     return evaluate
@@ -293,6 +334,12 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     if patch is not None:
         (run_dir / PATCH).write_text(patch, encoding="utf-8")
         files["patch"] = run_dir / PATCH
+    if outcome.unconfirmed is not None:  # a stopped run's best, kept under its own name
+        (run_dir / UNCONFIRMED_PATCH).write_text(_patch(task, outcome.unconfirmed[0]),
+                                                 encoding="utf-8")
+        files["unconfirmed patch"] = run_dir / UNCONFIRMED_PATCH
+    else:  # a resumed run that finished: what it stopped with before is history
+        (run_dir / UNCONFIRMED_PATCH).unlink(missing_ok=True)
     (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch),
                                        encoding="utf-8")
     (run_dir / REPORT).write_text(json.dumps(_record(task, outcome), indent=1),
@@ -320,11 +367,25 @@ def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
             f"candidate, and `{PATCH}` holds exactly its files.{review}")
 
 
+def stopped_headline(outcome: OptimizeOutcome) -> str:
+    """A stopped run's first line: nothing confirmed, and the best verified so far."""
+    said = (f"**Stopped ({outcome.interrupted}) before a winner was confirmed: nothing "
+            "confirmed yet, nothing committed.**")
+    if outcome.unconfirmed is None:
+        return said + " No candidate verified so far was faster than the original."
+    cand, figure = outcome.unconfirmed
+    return (f"{said} The fastest verified so far: candidate `{cand.short}` ({cand.origin}: "
+            f"{cand.rationale or 'no rationale'}), {figure:.2f}x in the search, not yet "
+            f"timed again; `{UNCONFIRMED_PATCH}` holds its files. `kfbot optimize --resume` "
+            "continues the run and confirms it.")
+
+
 def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
               patch: str | None) -> str:
+    first = stopped_headline(outcome) if outcome.interrupted else \
+        headline(task, outcome.committed, outcome.near_miss, outcome.lineage)
     lines = [f"# kfbot optimize: {task.kernel_id}", "",
-             f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
-             headline(task, outcome.committed, outcome.near_miss, outcome.lineage), ""]
+             f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "", first, ""]
     lines += _confirmation_lines(outcome.confirmation)
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
@@ -387,6 +448,10 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
             "dropped": list(outcome.confirmation.dropped),
         } if outcome.confirmation else None,
         "near_miss": outcome.near_miss,
+        "interrupted": outcome.interrupted,
+        "unconfirmed": {"candidate": outcome.unconfirmed[0].hash,
+                        "speedup_in_search": round(outcome.unconfirmed[1], 6),
+                        "patch": UNCONFIRMED_PATCH} if outcome.unconfirmed else None,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),

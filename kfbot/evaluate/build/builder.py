@@ -376,6 +376,11 @@ class Builder:
         for proc in running:
             kill_group(proc)
 
+    def slowest_compile_s(self) -> float:
+        """The longest compile of any unit so far (cached ones as they took then)."""
+        with self._guard:
+            return max(self._took.values(), default=0.0)
+
     def compile_timeout(self, source: str) -> float:
         """How long a compile of `source` may take before it counts as hung."""
         took = self._took.get(source)
