@@ -23,6 +23,7 @@ import git
 import pytest
 
 from kfbot.evaluate.candidate import Candidate
+from kfbot.github.action_io import search_seconds
 from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits, Pace
 from kfbot.search.islands import IslandSearch, Outcome, SearchSettings
@@ -63,6 +64,17 @@ def test_room_counts_from_the_run_start_and_keeps_the_reserve() -> None:
     assert why == ("time nearly spent (12 s of 60 s left; an evaluation takes about 6 s and "
                    "11 s are kept to confirm the best and finish)")
     assert Budget(Limits(), clock=lambda: now[0]).room(8) == (8, "")  # no time limit
+
+
+@pytest.mark.parametrize(("given", "searched"), [
+    (None, 6 * 3600 - 900),  # GitHub's job limit, less the largest margin
+    (50 * 60, 45 * 60),  # 10 %
+    (600, 480),  # at least two minutes
+    (100, 50),  # and never less than half
+])
+def test_the_action_keeps_a_margin_below_the_jobs_time(given: float | None,
+                                                       searched: float) -> None:
+    assert search_seconds(given) == searched
 
 
 class Clocked:

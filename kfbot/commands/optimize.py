@@ -243,7 +243,7 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
 
     say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
     run_dir = outcome.files["report"].parent
-    late = _too_late(settings)
+    late = too_late(settings)
     if late:
         say(f"not published: {late}; `kfbot reproduce {run_dir}` checks the result")
         return EXIT_FAILURE
@@ -260,7 +260,7 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
     return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
 
 
-def _too_late(settings: OptimizeSettings) -> str:
+def too_late(settings: OptimizeSettings) -> str:
     """Why there is no time left to reproduce before `--time` ends, or ""."""
     if settings.seconds is None or settings.started is None:
         return ""
