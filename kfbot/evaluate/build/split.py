@@ -194,6 +194,7 @@ def _host_files(files: Mapping[str, str], moved: Sequence[Item],
         edits[item.file].append((body_start, body_end, b";"))
         if item.launch_bounds is not None:
             edits[item.file].append((*item.launch_bounds, b" "))
+        edits[item.file] += [(start, end, b" ") for start, end in item.restricts]
     return {path: _apply(text, _keep_lines(text, edits[path])) for path, text in files.items()}
 
 

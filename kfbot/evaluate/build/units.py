@@ -51,6 +51,9 @@ class Item:
     anonymous: bool = False  # inside an anonymous namespace: no other unit can link to it
     linkage: tuple[tuple[int, int], ...] = ()  # `static` / `inline` specifiers
     launch_bounds: tuple[int, int] | None = None
+    # `__restrict__` on the parameters: not part of the function's type, so the host
+    # part's declaration leaves it out and a candidate may add it.
+    restricts: tuple[tuple[int, int], ...] = ()
     template: bool = False
     # A function whose definition another unit may repeat without a clash: static,
     # inline, constexpr or a template (or with no host symbol: __device__ only).
@@ -137,7 +140,7 @@ def _function(base: Item, node: Node) -> Item:
     return replace(base, kind="function", names=_declared_names(node), side=side,
                    body=(body.start_byte, body.end_byte), repeatable=repeatable,
                    signature=_mentions_between(node, body), linkage=_linkage(node),
-                   launch_bounds=_bounds(node))
+                   launch_bounds=_bounds(node), restricts=_restricts(node))
 
 
 def _mentions_between(node: Node, body: Node) -> frozenset[str]:
@@ -221,6 +224,21 @@ def _side(node: Node) -> Side:
 def _linkage(node: Node) -> tuple[tuple[int, int], ...]:
     return tuple((c.start_byte, c.end_byte) for c in node.children
                  if c.type == "storage_class_specifier" and tsx.text(c) in ("static", "inline"))
+
+
+def _restricts(node: Node) -> tuple[tuple[int, int], ...]:
+    params = node.child_by_field_name("declarator")
+    found: list[tuple[int, int]] = []
+    stack = [params] if params is not None else []
+    while stack:
+        current = stack.pop()
+        if current.type == "compound_statement":
+            continue
+        if current.type == "type_qualifier" and tsx.text(current) in (
+                "__restrict__", "__restrict", "restrict"):
+            found.append((current.start_byte, current.end_byte))
+        stack.extend(current.children)
+    return tuple(sorted(found))
 
 
 def _bounds(node: Node) -> tuple[int, int] | None:
