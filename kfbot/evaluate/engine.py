@@ -12,12 +12,10 @@ runs in one isolated worker session, restarted after any crash.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import secrets
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,8 +55,6 @@ from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
 from kfbot.scan.python_facts import extract_python_facts
 from kfbot.text import read_source
-
-log = logging.getLogger(__name__)
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
@@ -212,11 +208,8 @@ class Engine:
     def _warm_fast_path(self) -> None:
         """The host part the fast path links candidates to, compiled beside the original
         (each takes about as long): the first candidate does not wait for it."""
-        if not self.settings.fast_builds:
-            return
-        request = self.request(ORIGINAL)
-        threading.Thread(target=_quietly, args=(self.builder.warm, request),
-                         name="kfbot-warm-fast-path", daemon=True).start()
+        if self.settings.fast_builds:
+            self.builder.warm_later(self.request(ORIGINAL))
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -388,11 +381,17 @@ class Engine:
         workers = max(1, (os.cpu_count() or 2) // 2)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(self.prepare, c): c for c in candidates}
-            for future in as_completed(futures):
-                candidate = futures[future]
-                # The pool's work is handed over: planning a build again costs a parse
-                # of every source, even when the cache holds the objects.
-                yield candidate, self.evaluate(candidate, bench, prepared=future.result())
+            try:
+                for future in as_completed(futures):
+                    candidate = futures[future]
+                    # The pool's work is handed over: planning a build again costs a
+                    # parse of every source, even when the cache holds the objects.
+                    yield candidate, self.evaluate(candidate, bench,
+                                                   prepared=future.result())
+            except BaseException:  # a stopped run: no build that has not begun begins
+                for future in futures:
+                    future.cancel()
+                raise
 
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
@@ -580,13 +579,6 @@ def _unverified_sizes(result: Evaluation, sizes: Sequence[int],
         "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
         f"with ({said}): inputs with a dimension that large exceed the verification limit",
         f"verified on {len(inputs)} other input sets")))
-
-
-def _quietly(warm: Callable[[BuildRequest], None], request: BuildRequest) -> None:
-    try:
-        warm(request)
-    except Exception as exc:  # the first candidate meets the same problem and says it
-        log.debug("warming the fast path failed: %s", exc)
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:

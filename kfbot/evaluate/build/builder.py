@@ -18,6 +18,7 @@ C++ compiler) raises `KfbotError`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -62,6 +63,8 @@ from kfbot.evaluate.diagnostics import (
 from kfbot.evaluate.model import Diagnostic, KernelResources
 from kfbot.evaluate.processes import kill_group
 from kfbot.evaluate.sandbox import untrusted_env
+
+log = logging.getLogger(__name__)
 
 COMPILE_TIMEOUT_S = 1800.0  # the most one compile may take, however slow the original's
 LINK_TIMEOUT_S = 600.0
@@ -245,6 +248,18 @@ class Builder:
         unit), built now: off the first candidate's path."""
         if request.kernel and not request.real_names:
             self.fast.warm(request)
+
+    def warm_later(self, request: BuildRequest) -> None:
+        """`warm`, in a thread of its own; the first candidate that needs the host part
+        waits for it there (one compile per object, whoever asks first)."""
+        threading.Thread(target=self._warm_quietly, args=(request,),
+                         name="kfbot-warm-fast-path", daemon=True).start()
+
+    def _warm_quietly(self, request: BuildRequest) -> None:
+        try:
+            self.warm(request)
+        except Exception as exc:  # the first candidate meets the same problem and says it
+            log.debug("preparing the fast path failed: %s", exc)
 
     def build_many(self, requests: Sequence[BuildRequest]) -> list[BuildResult]:
         """Build in parallel (compiles still share the `jobs` slots); results in order."""

@@ -1,0 +1,82 @@
+"""Same kernel, same numbers: the fast and the full build of one candidate give the same
+outputs, bit for bit, and the same speed within noise, on both torch layouts.
+
+Each candidate is built twice by kfbot's builder: the fast way (its kernel alone,
+linked to the host part of its unit) and whole. A fresh process loads both extensions
+and calls each on the same inputs, then times them in turn with CUDA events.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.layouts import LAYOUTS  # noqa: E402
+from kfbot.config import load_config  # noqa: E402
+from kfbot.evaluate.engine import Engine, EngineSettings  # noqa: E402
+from kfbot.evaluate.task import make_task  # noqa: E402
+from kfbot.scan.scanner import scan  # noqa: E402
+from kfbot.scan.select import select_kernel  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+COMPARE = r"""
+import importlib.machinery, importlib.util, json, statistics, sys, torch
+def load(name, path):
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+fast, full = (load(n, p) for n, p in json.loads(sys.argv[1]))
+same = []
+for shape in [(1, 1), (7, 33), (128, 1000), (4096, 1024)]:
+    x = torch.randn(shape, device="cuda")
+    same.append(bool(torch.equal(fast.softmax(x), full.softmax(x))))
+x = torch.randn(8192, 1024, device="cuda")
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+times = {"fast": [], "full": []}
+for _ in range(3):
+    fast.softmax(x); full.softmax(x)
+for _ in range(15):
+    for name, module in (("fast", fast), ("full", full)):
+        start.record()
+        for _ in range(20):
+            module.softmax(x)
+        end.record()
+        torch.cuda.synchronize()
+        times[name].append(start.elapsed_time(end) / 20)
+print(json.dumps({"same": same, "fast_ms": statistics.median(times["fast"]),
+                  "full_ms": statistics.median(times["full"])}))
+"""
+
+
+@pytest.mark.parametrize("name", ["torch-files", "one-unit"])
+def test_fast_and_full_builds_agree_bit_for_bit_and_in_speed(name: str, tmp_path: Path) -> None:
+    layout = LAYOUTS[name]
+    config = load_config(None, layout.fixture)
+    kernel = select_kernel(scan(layout.fixture, config).kernels, layout.kernel)
+    task = make_task(kernel, layout.fixture, config)
+    candidate = layout.candidates(32)[-1]  # every change of the layout at once
+    with Engine(task, EngineSettings(cache_dir=tmp_path)) as engine:
+        request = engine.request(candidate)
+        fast, full = engine.builder.build_many([replace(request, tag="fast"),
+                                                replace(request, tag="full", kernel="")])
+    assert fast.ok and full.ok, [d.message for d in (*fast.diagnostics, *full.diagnostics)]
+    assert fast.path == "fast" and full.path == "full"
+    modules = [(b.module_name, str(b.artifact)) for b in (fast, full)]
+    done = subprocess.run([sys.executable, "-c", COMPARE, json.dumps(modules)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    print(name, found)
+    assert all(found["same"])
+    assert abs(found["fast_ms"] / found["full_ms"] - 1.0) < 0.05
