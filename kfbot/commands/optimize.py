@@ -189,6 +189,9 @@ def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             gpus: list[int]) -> int:
     console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
     if outcome.interrupted:
+        if outcome.committed is not None:  # confirmed before the stop: its numbers stand
+            _result(outcome, run_dir, console)
+            return outcome.exit_code or EXIT_FAILURE
         return _interrupted(outcome, run_dir, console)
     code = _result(outcome, run_dir, console)
     if code == EXIT_OK and (args.publish or args.publish_dry_run):

@@ -13,7 +13,6 @@ it cannot finish; what it started ends within one evaluation of the limit.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections import deque
@@ -145,8 +144,9 @@ class Budget:
                    f"{self.reserve():.0f} s are kept to confirm the best and finish)")
 
     def reserve(self) -> float:
-        """What the end of the run needs: the winner's second evaluation and the rest."""
-        return math.ceil(self.pace.again_s()) + self.reserve_s
+        """What the end of the run needs: the winner's second evaluation, its timing at
+        held-out shapes, and what the command keeps (`reserve_s`)."""
+        return 2 * self.pace.again_s() + self.reserve_s
 
     def evaluations_left(self) -> int | None:
         if self.limits.evaluations is None:
