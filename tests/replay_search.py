@@ -121,8 +121,8 @@ def main() -> int:
         print(f"history: {len(outcome.result.history)}")
         return 0
     started = time.monotonic()
-    # 3 s kept back for writing the report, as `kfbot optimize` keeps FINISH_S.
-    timed = replace(settings, seconds=limit, started=started, reserve_s=3.0)
+    # 6 s kept back for writing the report, as `kfbot optimize` keeps FINISH_S.
+    timed = replace(settings, seconds=limit, started=started, reserve_s=6.0)
     with stop_on(limit, started):
         outcome = search_with_progress(task, timed, run_dir / "replayed", None, Console(),
                                        RecordedGpu(), TimedReplay(records, scale))
