@@ -237,8 +237,9 @@ class Builder:
             return self._build_planned(plan, started)
         found = self.fast.build(request, plan, started)
         if isinstance(found, BuildResult):
-            note = f"kernel {request.kernel} compiled alone and linked to the host part, " \
-                   "compiled once for the original"
+            note = (f"kernel {request.kernel} compiled alone and linked to the host part, "
+                    "compiled once for the original") if found.ok else \
+                f"kernel {request.kernel} compiled alone did not finish compiling"
             return _noted(found, "fast", note)
         return _noted(self._build_planned(plan, started), "full", found or "the candidate "
                       "changes no compiled file")

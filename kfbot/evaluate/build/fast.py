@@ -177,8 +177,11 @@ class FastPath:
     def _instantiations(self, host: CompiledObject, split: Split) -> list[str] | Refused:
         if not any(m.template for m in split.moved):
             return []
-        run = subprocess.run(["nm", "-C", "-u", str(host.path)], capture_output=True,
-                             text=True, errors="replace", timeout=60, check=False)
+        try:
+            run = subprocess.run(["nm", "-C", "-u", str(host.path)], capture_output=True,
+                                 text=True, errors="replace", timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return Refused(f"nm (binutils) could not list the host part's symbols: {exc}")
         if run.returncode != 0:
             return Refused(f"nm could not list the host part's symbols: {run.stderr.strip()}")
         symbols = [m["symbol"].strip() for m in map(_UNDEFINED.match, run.stdout.splitlines())
