@@ -83,7 +83,7 @@ def test_a_change_to_the_kernel_or_its_movable_launch_shares_the_host_part() -> 
                                                 "naive_softmax_kernel")) is None
     wrapper = _one_unit("csrc/main.cu", *('"softmax: 2-D float32"', '"softmax: 2-D"'))
     why = host_difference(original, _split("csrc/main.cu", wrapper, "naive_softmax_kernel"))
-    assert why is not None and "csrc/main.cu:16" in why and "softmax: 2-D" in why
+    assert why is not None and "csrc/main.cu:15" in why and "softmax: 2-D" in why
 
 
 def test_template_kernel_and_launcher_move_and_name_their_instances() -> None:
