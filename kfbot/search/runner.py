@@ -237,7 +237,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                             (budget.seconds_left() or 0.0) > budget.pace.again_s())
         committed, held, held_note, held_miss = where_it_holds(engine, confirmed.committed)
     except RunStopped as stop:  # write what is verified so far; the command says it stopped
-        outcome = stopped_outcome(search.result(f"stopped: {stop.reason}"), evaluations,
+        outcome = stopped_outcome(search.result(stop.reason), evaluations,
                                   mut.candidates, budget, stop, confirmed)
         with shielded():
             outcome.files = write_outputs(task, outcome, run_dir, settings)
