@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kfbot import extras
 from kfbot.cache import cache_dir
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
@@ -30,6 +31,7 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", type=int, default=None, metavar="N",
                    help="GPU index (default: the first)")
     add_format_arguments(p, "print the results as JSON")
+    add_observe_arguments(p)
 
 
 def kernel_task(args: argparse.Namespace) -> KernelTask:
@@ -39,6 +41,9 @@ def kernel_task(args: argparse.Namespace) -> KernelTask:
     config = load_config(args.config, root)
     report = scan(root, config)
     kernel = select_kernel(report.kernels, args.kernel)
+    make = wanted(args.observe, [kernel], root)
+    report = observed(root, report, make, args.file_timeout, confirm=[kernel.id])
+    kernel = select_kernel(report.kernels, kernel.id)
     task = make_task(kernel, root, config, report.kernels)
     log.info("%s: editable files %s; build %s", task.kernel_id, ", ".join(task.editable_files),
              task.build.kind if task.build is not None else "none found")

@@ -18,6 +18,7 @@ from rich.console import Console
 from kfbot import credentials, extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_repo_arguments, duration_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
@@ -28,7 +29,7 @@ from kfbot.evaluate.steps import first_failure
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.budget import Budget, Limits
+from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
@@ -80,6 +81,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--build-cpus", type=int, default=0, metavar="N",
                    help="with --executor ray: build as Ray tasks of N CPUs and no GPU, which "
                         "may run on CPU-only nodes (default 0: each GPU actor builds)")
+    add_observe_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
     pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
@@ -101,7 +103,12 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
-    kernels = scan(root, config).kernels
+    report = scan(root, config)
+    named = [select_kernel(report.kernels, args.kernel)] if args.kernel else report.kernels
+    make = wanted(args.observe, named, root)
+    report = observed(root, report, make, args.file_timeout,
+                      confirm=[k.id for k in named] if args.kernel else None)
+    kernels = report.kernels
     chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
         [k for k in kernels if k.references]
     if not chosen:
@@ -187,7 +194,8 @@ def reproduction_s(slowest_compile_s: float) -> float:
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             settings: OptimizeSettings, args: argparse.Namespace, console: Console,
             gpus: list[int]) -> int:
-    console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
+    console.print(f"stopped: {outcome.result.stopped or 'finished'}; "
+                  f"{spent_words(outcome.spent)}", highlight=False)
     if outcome.interrupted:
         if outcome.committed is not None:  # confirmed before the stop: its numbers stand
             _result(outcome, run_dir, console)

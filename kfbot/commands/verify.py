@@ -11,8 +11,11 @@ from rich.console import Console
 from kfbot.commands.common import add_kernel_arguments, candidate_of, kernel_task, make_engine
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.evaluate import report
+from kfbot.evaluate.baseline import skipped
+from kfbot.evaluate.environment import environment_step
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.steps import first_failure
+from kfbot.evaluate.steps import StepName, first_failure
+from kfbot.evaluate.task import KernelTask
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,10 +26,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "(zeros, constant, passthrough, uninitialized, half precision) to see "
                         "whether it can be trusted as a judge")
     p.add_argument("--explain", action="store_true",
-                   help="print each step of the original's baseline (pair, build, import, "
-                        "capture, reference, comparison) with its outcome, its evidence and "
-                        "the kfbot.yaml that would fix a failed one; the steps before the "
-                        "comparison need no GPU")
+                   help="print each step of the original's baseline (environment, pair, "
+                        "build, import, capture, reference, comparison) with its outcome, its "
+                        "evidence and the kfbot.yaml that would fix a failed one; the "
+                        "environment (CUDA torch, driver, nvcc, pytest, the tests' imports) "
+                        "is checked first, before any build")
     p.add_argument("--finalist", action="store_true",
                    help="also rebuild a copy of the repository with the candidate its own way "
                         "and run its reference tests (slow)")
@@ -37,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     task = kernel_task(args)
     candidate = candidate_of(args, task)
     console = Console(stderr=args.format != "table")
+    if args.explain and not _environment(task, console):
+        return EXIT_FAILURE  # nothing after it could get through: said in a second
     with make_engine(task, args.gpu) as engine:
         if args.explain:
             before = engine.prepare_baseline()
@@ -62,6 +68,18 @@ def run(args: argparse.Namespace) -> int:
             console.print(final.output_tail[-3000:], highlight=False, markup=False)
     passed = all(r.ok for r in results.values()) and (final is None or final.passed)
     return EXIT_OK if passed else EXIT_FAILURE
+
+
+def _environment(task: KernelTask, console: Console) -> bool:
+    """The cheap checks first (CUDA torch, driver, nvcc, pytest, the tests' imports),
+    before a build that takes a minute; False when one failed."""
+    step = environment_step(task)
+    report.print_steps([step], console)
+    if step.failed:
+        later: tuple[StepName, ...] = ("pair", "build", "import", "capture", "reference",
+                                       "comparison")
+        report.print_steps(skipped("environment", later), console)
+    return not step.failed
 
 
 def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console,

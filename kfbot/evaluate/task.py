@@ -60,6 +60,8 @@ class KernelTask:
     # The other kernels of the build that have an op to verify: a candidate that changes
     # code shared with one of them must pass that op too (evaluate/neighbours.py).
     neighbours: tuple[KernelTask, ...] = ()
+    # What running the tests on a GPU showed: one line per test seen launching the kernel.
+    observed: tuple[str, ...] = ()
 
 
 def make_task(kernel: Kernel, root: Path, config: Config,
@@ -91,6 +93,7 @@ def make_task(kernel: Kernel, root: Path, config: Config,
         flops=task_cfg.flops if task_cfg else None,
         tunables=kernel.tunables,
         neighbours=_neighbours(kernel, build, others, root, config),
+        observed=tuple(t.line() for t in kernel.observed),
     )
 
 
@@ -169,7 +172,7 @@ def _targets(refs: tuple[ReferenceTest, ...], kind: str) -> tuple[str, ...]:
     targets = [
         f"{r.file}::{r.test.split('.')[0]}" if r.kind == "pytest" else r.file
         for r in refs
-        if r.origin == "discovered" and r.kind == kind
+        if r.origin in ("discovered", "observed") and r.kind == kind
     ]
     return tuple(dict.fromkeys(targets))
 
