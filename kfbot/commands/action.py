@@ -507,22 +507,18 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
 def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                         github: GithubConfig, before_publish: Callable[[], None] | None,
                         status: Callable[[str], None] | None) -> Result:
+    from kfbot.commands.optimize import call_all
     from kfbot.search.stopping import RunStopped, stop_on
 
     settings = _optimize_settings(s)
     run_dir = task.root / ".kfbot" / "runs" / f"{task.kernel_name}-{settings.seed}"
     stoppers: list[Callable[[], None]] = []
     try:  # the runner's SIGINT/SIGTERM at a timeout or a cancel: the report is kept
-        with stop_on(settings.seconds, settings.started, lambda: _call_all(stoppers)):
+        with stop_on(settings.seconds, settings.started, lambda: call_all(stoppers)):
             outcome, settings = _searched(ctx, task, settings, run_dir, status, stoppers)
             return _published(ctx, task, outcome, settings, run_dir, github, before_publish)
     except RunStopped as stop:
         return Result(f"{task.kernel_name}: stopped ({stop.reason})", "", stop.exit_code)
-
-
-def _call_all(functions: list[Callable[[], None]]) -> None:
-    for function in functions:
-        function()
 
 
 def _searched(ctx: Context, task: KernelTask, settings: OptimizeSettings, run_dir: Path,

@@ -141,7 +141,7 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
     stoppers: list[Callable[[], None]] = []  # what a stop kills at once (the compilers)
     settings = replace(settings, started=started, reserve_s=FINISH_S)
     try:
-        with stop_on(settings.seconds, started, functools.partial(_call_all, stoppers)):
+        with stop_on(settings.seconds, started, functools.partial(call_all, stoppers)):
             outcome, settings = _search(task, settings, args, console, gpus, run_dir,
                                         stoppers)
             return _finish(task, outcome, run_dir, settings, args, console, gpus)
@@ -180,7 +180,7 @@ def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespa
                                         executor), settings
 
 
-def _call_all(functions: list[Callable[[], None]]) -> None:
+def call_all(functions: list[Callable[[], None]]) -> None:
     for function in functions:
         function()
 
