@@ -8,6 +8,9 @@ import functools
 import logging
 import secrets
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -30,7 +33,7 @@ from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
-from kfbot.search.runfolder import reproduce_run
+from kfbot.search.runfolder import UNCONFIRMED_PATCH, reproduce_run
 from kfbot.search.runner import (
     GpuFacts,
     OptimizeOutcome,
@@ -38,8 +41,12 @@ from kfbot.search.runner import (
     make_plan,
     optimize,
 )
+from kfbot.search.stopping import RunStopped, stop_on
 
 log = logging.getLogger(__name__)
+
+# Seconds of `--time` kept for writing the report, the patch and the branch.
+FINISH_S = 10.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -124,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
          console: Console, gpus: list[int]) -> int:
+    started = time.monotonic()  # `--time` bounds all of this kernel's run from here
     llm_state = "off (--no-llm)" if args.no_llm else \
         (off_because(_key()) or "on").removeprefix("llm mutator off: ")
     for line in make_plan(task, settings, llm_state).lines():
@@ -134,8 +142,24 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
     run_dir = task.root / ".kfbot" / "runs" / run_id
     log.info("%s: run folder %s, executor %s, GPUs %s", task.kernel_id, run_dir,
              args.executor, gpus or "none visible")
+    stoppers: list[Callable[[], None]] = []  # what a stop kills at once (the compilers)
+    settings = replace(settings, started=started, reserve_s=FINISH_S)
+    try:
+        with stop_on(settings.seconds, started, functools.partial(call_all, stoppers)):
+            outcome, settings = _search(task, settings, args, console, gpus, run_dir,
+                                        stoppers)
+            return _finish(task, outcome, run_dir, settings, args, console, gpus)
+    except RunStopped as stop:  # before the search began, or after its report was written
+        console.print(f"stopped: {stop.reason}; run folder {run_dir} (`kfbot optimize "
+                      f"--resume {run_id}` continues the search)", highlight=False)
+        return stop.exit_code
+
+
+def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
+            console: Console, gpus: list[int], run_dir: Path,
+            stoppers: list[Callable[[], None]]) -> tuple[OptimizeOutcome, OptimizeSettings]:
+    """The search, and the settings it ran with (the time it kept for reproducing)."""
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
-    search = functools.partial(search_with_progress, task, settings, run_dir, llm, console)
     engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)
     if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
         from kfbot.search.ray_executor import RayExecutor
@@ -144,16 +168,31 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
         with contextlib.closing(ray):
             facts = ray.preflight()
             _require_baseline(task, facts.baseline)
-            outcome = search(facts, ray)
-    else:
-        extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
-        with Engine(task, engine_settings) as engine:
-            engine.probe()  # no GPU: say so now, after the plan
-            _require_baseline(task, engine.baseline())
-            executor = _executor(task, engine, gpus)
-            with contextlib.closing(executor):
-                outcome = search(engine, executor)
-    return _finish(task, outcome, run_dir, settings, args, console, gpus)
+            return search_with_progress(task, settings, run_dir, llm, console, facts,
+                                        ray), settings
+    extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
+    with Engine(task, engine_settings) as engine:
+        stoppers.append(engine.builder.stop)
+        engine.probe()  # no GPU: say so now, after the plan
+        _require_baseline(task, engine.baseline())
+        if args.publish or args.publish_dry_run:  # the reproduction fits in `--time` too
+            settings = replace(settings, reserve_s=FINISH_S + reproduction_s(
+                engine.builder.slowest_compile_s()))
+        executor = _executor(task, engine, gpus)
+        with contextlib.closing(executor):
+            return search_with_progress(task, settings, run_dir, llm, console, engine,
+                                        executor), settings
+
+
+def call_all(functions: list[Callable[[], None]]) -> None:
+    for function in functions:
+        function()
+
+
+def reproduction_s(slowest_compile_s: float) -> float:
+    """About how long a reproduction takes: the repository's own build (its slowest
+    unit, as kfbot's build of the original took) and the timing."""
+    return 1.5 * slowest_compile_s + 60.0
 
 
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
@@ -161,10 +200,27 @@ def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             gpus: list[int]) -> int:
     console.print(f"stopped: {outcome.result.stopped or 'finished'}; "
                   f"{spent_words(outcome.spent)}", highlight=False)
+    if outcome.interrupted:
+        if outcome.committed is not None:  # confirmed before the stop: its numbers stand
+            _result(outcome, run_dir, console)
+            return outcome.exit_code or EXIT_FAILURE
+        return _interrupted(outcome, run_dir, console)
     code = _result(outcome, run_dir, console)
     if code == EXIT_OK and (args.publish or args.publish_dry_run):
         code = _publish(task, outcome, settings, args, gpus, console)
     return code
+
+
+def _interrupted(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
+    """What a stopped run verified, as its report says; the exit code is the stop's."""
+    say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
+    found = outcome.unconfirmed
+    best = (f"the fastest verified so far is candidate {found[0].short}, {found[1]:.3f}x in "
+            f"the search ({UNCONFIRMED_PATCH})" if found else "no candidate verified so far "
+            "was faster")
+    say(f"nothing confirmed yet: {best}; report {run_dir / 'report.md'}; `kfbot optimize "
+        f"--resume {run_dir.name}` continues the run")
+    return outcome.exit_code or EXIT_FAILURE
 
 
 def _result(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
@@ -202,6 +258,10 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
 
     say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
     run_dir = outcome.files["report"].parent
+    late = too_late(settings)
+    if late:
+        say(f"not published: {late}; `kfbot reproduce {run_dir}` checks the result")
+        return EXIT_FAILURE
     try:
         reproduction = reproduce_run(run_dir, cache_dir(), gpus[0] if gpus else None)
         say(f"reproduction: {reproduction.summary()}")
@@ -213,6 +273,18 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
     for warning in published.warnings:
         say(f"warning: {warning}")
     return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
+
+
+def too_late(settings: OptimizeSettings) -> str:
+    """Why there is no time left to reproduce before `--time` ends, or ""."""
+    if settings.seconds is None or settings.started is None:
+        return ""
+    left = settings.seconds - (time.monotonic() - settings.started)
+    need = settings.reserve_s - FINISH_S
+    if left >= need:
+        return ""
+    return (f"{left:.0f} s of the time limit are left and a reproduction takes about "
+            f"{need:.0f} s")
 
 
 def _require_baseline(task: KernelTask, base: Evaluation) -> None:

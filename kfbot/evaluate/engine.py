@@ -95,6 +95,9 @@ class EngineSettings:
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
     distributions: bool = True  # redrawn inputs (off only to measure what they cost)
     clean_room: bool = True  # outputs judged in a second worker (off only to measure it)
+    # A candidate's kernel compiled alone where it can be (`build.fast`); off only to
+    # compare with the full build.
+    fast_builds: bool = True
 
 
 class Engine:
@@ -103,6 +106,7 @@ class Engine:
     ) -> None:
         self.task = task
         self.settings = settings
+        self._owns_builder = builder is None
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
@@ -135,6 +139,8 @@ class Engine:
         self.isolation.close()
         self.neighbours.close()
         self.prep.close()
+        if self._owns_builder:  # a compile still running (the fast path's warm-up) ends
+            self.builder.stop()
 
     def _neighbour(self, task: KernelTask) -> Engine:
         return Engine(replace(task, neighbours=()), self.settings, builder=self.builder)
@@ -182,6 +188,7 @@ class Engine:
             params=dict(candidate.params),
             tag=candidate.short,
             inline_sources=self._inline(candidate),
+            kernel=self.task.kernel_name if self.settings.fast_builds else "",
         )
 
     def _inline(self, candidate: Candidate) -> tuple[InlineSource, ...]:
@@ -191,6 +198,7 @@ class Engine:
         """The original's build: kfbot's own, or the repository's setup.py build when
         kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
+            self._warm_fast_path()
             built, fallback = self.prep.original_attempt()
             if not built.ok and fallback is not None and fallback.ok:
                 built = fallback.result(self.task.build)
@@ -203,6 +211,12 @@ class Engine:
                 )
             self._original = built
         return self._original
+
+    def _warm_fast_path(self) -> None:
+        """The host part the fast path links candidates to, compiled beside the original
+        (each takes about as long): the first candidate does not wait for it."""
+        if self.settings.fast_builds:
+            self.builder.warm_later(self.request(ORIGINAL))
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -427,11 +441,17 @@ class Engine:
         workers = max(1, (os.cpu_count() or 2) // 2)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(self.prepare, c): c for c in candidates}
-            for future in as_completed(futures):
-                candidate = futures[future]
-                # The pool's work is handed over: planning a build again costs a parse
-                # of every source, even when the cache holds the objects.
-                yield candidate, self.evaluate(candidate, bench, prepared=future.result())
+            try:
+                for future in as_completed(futures):
+                    candidate = futures[future]
+                    # The pool's work is handed over: planning a build again costs a
+                    # parse of every source, even when the cache holds the objects.
+                    yield candidate, self.evaluate(candidate, bench,
+                                                   prepared=future.result())
+            except BaseException:  # a stopped run: no build that has not begun begins
+                for future in futures:
+                    future.cancel()
+                raise
 
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
