@@ -15,6 +15,7 @@ from kfbot.evaluate.build import BuildResult
 from kfbot.evaluate.capture_run import CaptureResult, ProcessRun
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.processes import last_lines
+from kfbot.evaluate.repository_build import OwnOriginal
 from kfbot.evaluate.steps import (
     NO_REFERENCE,
     StepName,
@@ -22,6 +23,7 @@ from kfbot.evaluate.steps import (
     build_snippet,
     inputs_snippet,
     reference_snippet,
+    repository_build_snippet,
 )
 from kfbot.evaluate.task import KernelTask
 
@@ -70,6 +72,32 @@ def build_step(task: KernelTask, built: BuildResult, fallback: str = "") -> Step
                           "kfbot's build works", evidence, snippet)
     return StepReport("build", "failed", f"{where}: the original does not build at the "
                       f"{built.stage} stage: {first}", evidence, snippet)
+
+
+def own_build_step(task: KernelTask, own: OwnOriginal | None) -> StepReport:
+    """The build step of a recipe the repository builds itself: the build, and the
+    library that holds the kernel (by its name or its symbols)."""
+    recipe = task.build
+    where = f"the repository's own build ({recipe.file})"
+    snippet = repository_build_snippet(task.kernel_id, task.kernel_name, recipe.file,
+                                       _library_name(task, own))
+    if own is None:
+        return StepReport("build", "failed", f"{where}: kfbot cannot run it", "", snippet)
+    if own.ok:
+        cached = " (the build of this content, from the cache)" if own.build.cached else ""
+        return StepReport("build", "ok", f"{own.why}{cached}")
+    return StepReport("build", "failed", f"{where}: {own.why}", own.evidence(), snippet)
+
+
+def _library_name(task: KernelTask, own: OwnOriginal | None) -> str:
+    """The best name known for the library that holds the kernel: the one found, the
+    one declared, one the build made, the op's module, the repository's folder."""
+    made = [own.build.module_name(lib) for lib in own.build.libraries] if own else []
+    module = task.op.module if task.op.module.isidentifier() and \
+        not task.op.module.isupper() else ""
+    names = [own.module if own is not None else "", task.build.name, *made, module,
+             task.root.name]
+    return next(n for n in names if n)
 
 
 def _diagnostic_line(file: str | None, line: int | None, message: str) -> str:

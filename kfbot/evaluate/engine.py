@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +32,7 @@ from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
+from kfbot.evaluate.build.own import OwnBuilder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import (
     Check,
@@ -82,6 +83,9 @@ class EngineSettings:
     measure_peaks: bool = True
     static_checks: bool = True  # off only to prove the runtime layer on its own
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
+    # Where the heartbeat of the repository's own build goes while it runs (build/own.py;
+    # a function of a module's top level: Ray pickles it).
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 class Engine:
@@ -93,8 +97,10 @@ class Engine:
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
+        own = OwnBuilder(settings.cache_dir / "own", task.own_build_timeout_s,
+                         settings.progress)
         self.prep = Preparation(task, self.builder, self.request, settings.cache_dir,
-                                settings.capture_timeout_s)
+                                settings.capture_timeout_s, own)
         self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
@@ -149,7 +155,8 @@ class Engine:
     # --- builds ----------------------------------------------------------------------
 
     def build(self, candidate: Candidate) -> BuildResult:
-        return self.builder.build(self.request(candidate))
+        request = self.request(candidate)
+        return self.prep.candidate_build(request) or self.builder.build(request)
 
     def request(self, candidate: Candidate) -> BuildRequest:
         return BuildRequest(
@@ -184,9 +191,9 @@ class Engine:
         """The original's build: kfbot's own, or the repository's setup.py build when
         kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
-            built, fallback = self.prep.original_attempt()
-            if not built.ok and fallback is not None and fallback.ok:
-                built = fallback.result(self.task.build)
+            built, own = self.prep.original_attempt()
+            if not built.ok and own is not None and own.ok:
+                built = own.result()
             if not built.ok:
                 first = next(iter(built.diagnostics), None)
                 detail = f": {first.message}" if first else ""
@@ -294,7 +301,11 @@ class Engine:
         compiled."""
         findings = [tuple(self.static_check(c)) for c in candidates]
         keep = [i for i, found in enumerate(findings) if not strict(found)]
-        built = self.builder.build_many([self.request(candidates[i]) for i in keep])
+        requests = [self.request(candidates[i]) for i in keep]
+        if self.prep.own_built is not None:  # one build at a time in its workshop
+            built = [self.prep.candidate_build(r) or self.builder.build(r) for r in requests]
+        else:
+            built = self.builder.build_many(requests)
         made = dict(zip(keep, built, strict=True))
         return [Prepared(found, made.get(i)) for i, found in enumerate(findings)]
 
@@ -536,6 +547,7 @@ def _artifact(result: BuildResult) -> dict[str, Any]:
     return {
         "artifact": str(result.artifact),
         "module_name": result.module_name,
+        "init": result.init,
         "namespaces": dict(result.library_namespaces),
     }
 

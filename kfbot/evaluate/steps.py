@@ -71,6 +71,20 @@ def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe) -> str:
     ])
 
 
+def repository_build_snippet(kernel_id: str, name: str, file: str, library: str) -> str:
+    """The repository builds itself with `file`; `library` is the module of the library
+    that holds the kernel, where it is known."""
+    return "\n".join([
+        *_task_head(kernel_id, name),
+        "    build:",
+        "      kind: repository              # the repository's own build, in a scratch copy",
+        f"      file: {file}",
+        f"      name: {library}               # the module of the library with the kernel",
+        "repository_build:",
+        "  timeout: 60m                     # the time the repository's own build may take",
+    ])
+
+
 def inputs_snippet(kernel_id: str, name: str) -> str:
     return "\n".join([
         *_task_head(kernel_id, name),

@@ -18,7 +18,7 @@ from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
 from kfbot.evaluate.tolerances import floor_with_defaults
 from kfbot.paths import resolve_inside
-from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
+from kfbot.scan.model import Binding, BuildRecipe, Kernel, KernelDef, ReferenceTest, Tunable
 from kfbot.text import read_source
 
 OpKind = Literal["module", "torch_op", "callable"]
@@ -60,6 +60,10 @@ class KernelTask:
     # The other kernels of the build that have an op to verify: a candidate that changes
     # code shared with one of them must pass that op too (evaluate/neighbours.py).
     neighbours: tuple[KernelTask, ...] = ()
+    # The definition as scanned: the built library that holds it is found by its name,
+    # namespace and template arguments (the repository's own builds).
+    definition: KernelDef | None = None
+    own_build_timeout_s: float = 3600.0  # the repository's own build (kfbot.yaml)
 
 
 def make_task(kernel: Kernel, root: Path, config: Config,
@@ -91,6 +95,8 @@ def make_task(kernel: Kernel, root: Path, config: Config,
         flops=task_cfg.flops if task_cfg else None,
         tunables=kernel.tunables,
         neighbours=_neighbours(kernel, build, others, root, config),
+        definition=kernel.definition,
+        own_build_timeout_s=config.repository_build.timeout_s,
     )
 
 

@@ -1,0 +1,213 @@
+"""The repository's own build in a scratch copy, and the library that holds a kernel.
+
+The repository here builds itself the way CMake-driven or hand-written setup scripts
+do: its `setup.py` runs nvcc on each `.cu` into a library of its own, next to the
+package (`python setup.py build_ext --inplace`). Real nvcc, real setuptools, real
+binutils; nothing is run on a GPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kfbot.evaluate.build.own import OwnBuilder, own_recipe
+from kfbot.evaluate.build.symbols import holders, library_symbols, parse_symbol
+from kfbot.scan.model import KernelDef
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+SETUP = '''\
+import os
+import subprocess
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class Nvcc(build_ext):
+    """Each extension is one .cu, linked into a library by nvcc itself."""
+
+    def build_extension(self, ext):
+        out = self.get_ext_fullpath(ext.name)
+        if os.path.exists(out) and all(os.path.getmtime(s) < os.path.getmtime(out)
+                                       for s in ext.sources + ext.depends):
+            return
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        print("nvcc", ext.sources[0], flush=True)
+        subprocess.check_call(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90",
+                               *ext.sources, "-o", out])
+
+
+names = [n[:-3] for n in sorted(os.listdir("csrc")) if n.endswith(".cu")]
+setup(name="rowpkg", ext_modules=[Extension(f"rowpkg._{n}", [f"csrc/{n}.cu"],
+                                            depends=["csrc/common.cuh"]) for n in names],
+      cmdclass={"build_ext": Nvcc})
+'''
+
+COMMON = "#pragma once\n#define ROWS_BLOCK 128\n"
+
+SCALE = '''\
+#include "common.cuh"
+namespace rowpkg {
+namespace {
+template <typename T>
+__global__ void scale_kernel(T* x, int n) {
+  int i = blockIdx.x * ROWS_BLOCK + threadIdx.x;
+  if (i < n) x[i] *= 2;
+}
+}  // namespace
+void scale(float* x, int n) { scale_kernel<float><<<(n + 127) / 128, 128>>>(x, n); }
+}  // namespace rowpkg
+'''
+
+SHIFT = '''\
+#include "common.cuh"
+namespace rowpkg {
+__global__ void shift_kernel(float* x, int n) {
+  int i = blockIdx.x * ROWS_BLOCK + threadIdx.x;
+  if (i < n) x[i] += 1;
+}
+void shift(float* x, int n) { shift_kernel<<<(n + 127) / 128, 128>>>(x, n); }
+}  // namespace rowpkg
+'''
+
+
+def _repo(root: Path, setup: str = SETUP) -> Path:
+    (root / "csrc").mkdir(parents=True)
+    (root / "rowpkg").mkdir()
+    (root / "setup.py").write_text(setup)
+    (root / "rowpkg" / "__init__.py").write_text("")
+    (root / "csrc" / "common.cuh").write_text(COMMON)
+    (root / "csrc" / "scale.cu").write_text(SCALE)
+    (root / "csrc" / "shift.cu").write_text(SHIFT)
+    return root
+
+
+SCALE_KERNEL = KernelDef(name="scale_kernel", namespace="rowpkg", file="csrc/scale.cu",
+                         line=5)
+SHIFT_KERNEL = KernelDef(name="shift_kernel", namespace="rowpkg", file="csrc/shift.cu",
+                         line=3)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, OwnBuilder]:
+    root = _repo(tmp_path_factory.mktemp("repo"))
+    beats: list[str] = []
+    builder = OwnBuilder(tmp_path_factory.mktemp("cache"), timeout_s=300,
+                         progress=beats.append, heartbeat_s=0.5)
+    builder.original(root, own_recipe("setup.py"))
+    assert beats and "building setup.py" in beats[0]  # said before the build started
+    return root, builder
+
+
+def test_the_build_runs_in_a_copy_and_finds_each_library(
+        built: tuple[Path, OwnBuilder]) -> None:
+    root, builder = built
+    build = builder.original(root, own_recipe("setup.py"))
+    assert build.ok, build.tail
+    assert build.cached  # the second time: the same content is not built again
+    assert [build.module_name(lib) for lib in build.libraries] == \
+        ["rowpkg._scale", "rowpkg._shift"]
+    assert not list(root.rglob("*.so"))  # the user's checkout is left as it was
+    assert "built 2 libraries" in build.why
+
+
+def test_the_kernel_is_found_by_its_symbols(built: tuple[Path, OwnBuilder]) -> None:
+    root, builder = built
+    build = builder.original(root, own_recipe("setup.py"))
+    libraries = [build.original / lib for lib in build.libraries]
+    found = holders(SCALE_KERNEL, libraries)
+    assert [h.library.name.split(".")[0] for h in found] == ["_scale"]
+    # An anonymous namespace and the template arguments do not hide it.
+    assert ("float",) in {s.template_args for s in found[0].symbols}
+    assert [h.library.name.split(".")[0] for h in holders(SHIFT_KERNEL, libraries)] == \
+        ["_shift"]
+    other = KernelDef(name="scale_kernel", namespace="elsewhere", file="x.cu", line=1)
+    assert holders(other, libraries) == []  # the namespace must match too
+
+
+def test_a_stripped_library_still_names_its_kernels(
+        built: tuple[Path, OwnBuilder], tmp_path: Path) -> None:
+    root, builder = built
+    build = builder.original(root, own_recipe("setup.py"))
+    stripped = tmp_path / "_scale.so"
+    subprocess.run(["strip", "-o", str(stripped), str(build.original / build.libraries[0])],
+                   check=True)
+    names = {(s.qualified_name, s.source) for s in library_symbols(stripped)}
+    assert ("rowpkg::scale_kernel", "registered name") in names
+    assert [h.library for h in holders(SCALE_KERNEL, [stripped])] == [stripped]
+
+
+def test_a_candidate_rebuilds_its_library_and_leaves_the_workshop_original(
+        built: tuple[Path, OwnBuilder]) -> None:
+    root, builder = built
+    build = builder.original(root, own_recipe("setup.py"))
+    library = next(lib for lib in build.libraries if "_scale" in lib)
+    changed = SCALE.replace("scale_kernel", "scale_fast_kernel")
+    made = builder.candidate(build, library, {"csrc/scale.cu": changed}, "cand1")
+    assert made.ok, made.tail
+    assert made.artifact is not None and "cand1" in str(made.artifact)
+    assert "nvcc csrc/scale.cu" in made.tail and "shift.cu" not in made.tail  # only its own
+    fast = KernelDef(name="scale_fast_kernel", namespace="rowpkg", file="csrc/scale.cu",
+                     line=5)
+    assert holders(fast, [made.artifact])
+    assert not holders(fast, [build.original / library])  # the original is untouched
+    assert (build.workshop / "csrc/scale.cu").read_text() == SCALE
+
+
+def test_a_changed_header_rebuilds_what_includes_it(built: tuple[Path, OwnBuilder]) -> None:
+    root, builder = built
+    build = builder.original(root, own_recipe("setup.py"))
+    library = next(lib for lib in build.libraries if "_shift" in lib)
+    made = builder.candidate(build, library, {"csrc/common.cuh": COMMON.replace("128", "256")},
+                             "cand2")
+    assert made.ok, made.tail
+    assert "nvcc csrc/shift.cu" in made.tail
+    assert (build.workshop / "csrc/common.cuh").read_text() == COMMON
+
+
+def test_a_failing_build_says_why_with_its_own_lines(tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo")
+    (root / "csrc" / "shift.cu").write_text(SHIFT.replace("x[i] += 1;", "x[i] += ;"))
+    builder = OwnBuilder(tmp_path / "cache", timeout_s=300)
+    build = builder.original(root, own_recipe("setup.py"))
+    assert not build.ok
+    assert "`python setup.py build_ext --inplace` exited with code 1" in build.why
+    assert "shift.cu" in build.evidence() and "error" in build.evidence()
+    again = builder.original(root, own_recipe("setup.py"))
+    assert again.cached and not again.ok  # the same content fails the same way
+
+
+def test_a_build_past_its_budget_is_stopped(tmp_path: Path) -> None:
+    root = _repo(tmp_path / "repo", "import time\nprint('configuring', flush=True)\n"
+                 "time.sleep(60)\n")
+    beats: list[str] = []
+    builder = OwnBuilder(tmp_path / "cache", timeout_s=2, progress=beats.append,
+                         heartbeat_s=0.5)
+    build = builder.original(root, own_recipe("setup.py"))
+    assert not build.ok and "did not finish in" in build.why
+    assert any("s so far; last output: configuring" in b for b in beats)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("void ops::(anonymous namespace)::k<float, 128>(float const*, float*, int)",
+     ("ops", "k", ("float", "128"))),
+    ("ops::plain(float*, int)", ("ops", "plain", ())),
+    ("void at::native::(anonymous namespace)::f<float, Epi<float> >(float*)",
+     ("at::native", "f", ("float", "Epi<float>"))),
+    ("c_kernel", ("", "c_kernel", ())),
+])
+def test_demangled_names_split_into_what_a_definition_has(
+        text: str, expected: tuple[str, str, tuple[str, ...]]) -> None:
+    symbol = parse_symbol(textwrap.dedent(text))
+    assert symbol is not None
+    assert (symbol.namespace, symbol.name, symbol.template_args) == expected
+
+
+def test_derived_names_are_not_kernels() -> None:
+    assert parse_symbol("__device_stub__Z8c_kernelPf(float*)") is None
+    assert parse_symbol("void ops::__wrapper__device_stub_k<float>(float*&)") is None
