@@ -19,10 +19,12 @@ from kfbot.commands.options import add_repo_arguments, duration_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
+from kfbot.evaluate import report
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.steps import first_failure
-from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.task import KernelTask, TaskError, make_task
+from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.budget import Budget, Limits
@@ -94,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
-    kernels = scan(root, config).kernels
+    scanned = scan(root, config)
+    kernels = scanned.kernels
     chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
         [k for k in kernels if k.references]
     if not chosen:
@@ -105,7 +108,14 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:
-        task = make_task(kernel, root, config, kernels)
+        try:
+            task = make_task(kernel, root, config, kernels)
+        except TaskError as exc:  # this kernel cannot run; the others still can
+            console.print(f"{kernel.id}: not optimized: {exc}", highlight=False,
+                          markup=False, soft_wrap=True)
+            report.print_steps(unready_steps(kernel, scanned, exc), console)
+            worst = max(worst, exc.exit_code)
+            continue
         with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
             worst = max(worst, _one(task, settings, args, console, gpus))
     return worst
@@ -125,7 +135,8 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
              args.executor, gpus or "none visible")
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
     search = functools.partial(search_with_progress, task, settings, run_dir, llm, console)
-    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)
+    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None,
+                                     progress=progress.build_heartbeat)
     if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
         from kfbot.search.ray_executor import RayExecutor
 

@@ -35,14 +35,8 @@ EVIDENCE_LINES = 15
 
 
 def pair_step(task: KernelTask) -> StepReport:
-    runs = [*task.test_targets, *task.script_targets]
-    if runs:
-        counts = [_count(len(task.test_targets), "test"), _count(len(task.script_targets),
-                                                                "script")]
-        found = " and ".join(c for c in counts if not c.startswith("0 "))
-        shown = ", ".join(runs[:4]) + (" ..." if len(runs) > 4 else "")
-        verb = "calls" if len(runs) == 1 else "call"
-        return StepReport("pair", "ok", f"{found} {verb} the op: {shown}")
+    if task.test_targets or task.script_targets:
+        return StepReport("pair", "ok", runs_summary(task.test_targets, task.script_targets))
     if task.declared_shapes or task.inputs_ref:
         return StepReport("pair", "ok", "no test or script reaches the op; the task "
                           "declares its inputs")
@@ -53,12 +47,22 @@ def pair_step(task: KernelTask) -> StepReport:
                       suggestion=inputs_snippet(task.kernel_id, task.kernel_name))
 
 
+def runs_summary(tests: Sequence[str], scripts: Sequence[str]) -> str:
+    """"2 tests call the op: a.py::t1, a.py::t2"."""
+    runs = [*tests, *scripts]
+    counts = [_count(len(tests), "test"), _count(len(scripts), "script")]
+    found = " and ".join(c for c in counts if not c.startswith("0 "))
+    shown = ", ".join(runs[:4]) + (" ..." if len(runs) > 4 else "")
+    verb = "calls" if len(runs) == 1 else "call"
+    return f"{found} {verb} the op: {shown}"
+
+
 def build_step(task: KernelTask, built: BuildResult, fallback: str = "") -> StepReport:
     """`fallback`: how the repository's own build made the original, when kfbot's could
     not (then the tests and the baseline use that build; candidates cannot be built)."""
     recipe = task.build
     where = f"{recipe.kind} {recipe.name} ({recipe.file}:{recipe.line})"
-    snippet = build_snippet(task.kernel_id, task.kernel_name, recipe)
+    snippet = build_snippet(task.kernel_id, task.kernel_name, recipe, task.editable_files)
     if built.ok:
         done = f"{built.compiled} compiled, {built.reused} from the cache"
         return StepReport("build", "ok", f"{where}: built ({done})")
@@ -146,7 +150,7 @@ def _import_line(tail: str) -> str:
 
 def _import_suggestion(task: KernelTask) -> str:
     if task.build.kind == "setup_py":
-        return build_snippet(task.kernel_id, task.kernel_name, task.build)
+        return build_snippet(task.kernel_id, task.kernel_name, task.build, task.editable_files)
     return inputs_snippet(task.kernel_id, task.kernel_name)
 
 

@@ -44,7 +44,7 @@ def print_steps(steps: Sequence[StepReport], console: Console, details: bool = T
 
 def print_step_details(step: StepReport, console: Console) -> None:
     if step.evidence:
-        console.print("            the last lines of its output:", highlight=False)
+        console.print("            evidence:", highlight=False)
         for line in step.evidence.splitlines():
             console.print(f"            | {line}", highlight=False, markup=False,
                           soft_wrap=True)

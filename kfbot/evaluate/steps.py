@@ -57,8 +57,10 @@ def _task_head(kernel_id: str, name: str) -> list[str]:
     return ["tasks:", f"  - name: {name}", f"    kernel: {kernel_id}"]
 
 
-def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe) -> str:
-    listed = ", ".join(recipe.sources) if recipe.sources else "csrc/op.cpp, csrc/op_kernel.cu"
+def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe,
+                  files: tuple[str, ...] = ()) -> str:
+    """`files`: the sources to list when the recipe's are not known (the kernel's)."""
+    listed = ", ".join(recipe.sources or files or (recipe.file,))
     kind = recipe.kind if recipe.kind in ("load", "load_inline", "setup_py") else "load"
     flags = ", ".join(f'"{f}"' for f in recipe.extra_cuda_cflags) or '"-O3"'
     return "\n".join([

@@ -388,3 +388,6 @@ class ScanReport:
     # Calls from tests into the repository's Python code that led to no op, each
     # "test file:line: test calls NAME; the first link not followed: file:line: why".
     unfollowed: tuple[str, ...] = ()
+    # Every build the scan read, whether or not it compiles a kernel (what a kernel
+    # without a build is told about).
+    builds: tuple[BuildRecipe, ...] = ()

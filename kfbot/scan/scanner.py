@@ -58,7 +58,8 @@ def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFil
     all_problems.sort(key=lambda p: (p.file, p.line or 0))
     return ScanReport(root=str(root), kernels=tuple(kernels), problems=tuple(all_problems),
                       files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs,
-                      unfollowed=tuple(summarised(linker.unfollowed)))
+                      unfollowed=tuple(summarised(linker.unfollowed)),
+                      builds=tuple(linker.builds))
 
 
 def _build_files(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:

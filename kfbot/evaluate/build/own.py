@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from kfbot.evaluate.processes import Ran, last_lines, run_process, tail
+from kfbot.evaluate.processes import Ran, run_process, tail
 from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.paths import copy_repository, default_skip, inside
 
@@ -394,11 +394,11 @@ def _heartbeat(progress: Progress | None, what: str, log: Path,
 
     def beat() -> None:
         while not stop.wait(every_s):
-            last = ""
+            text = ""
             with contextlib.suppress(OSError):
-                last = last_lines(tail(log, 2048), 1)
+                text = tail(log, 16384)
             progress(f"{what}: {time.monotonic() - started:.0f} s so far"
-                     + (f"; last output: {last[:160]}" if last else ""))
+                     + build_progress(text))
 
     thread = threading.Thread(target=beat, name="kfbot-build-heartbeat", daemon=True)
     progress(f"{what} (the repository's own build; a line every {every_s:.0f} s)")
@@ -408,6 +408,23 @@ def _heartbeat(progress: Progress | None, what: str, log: Path,
     finally:
         stop.set()
         thread.join()
+
+
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]", re.MULTILINE)
+_COMPILED_FILE = re.compile(r"(?:^|\s)(?:-c\s+)?([\w./+-]+\.(?:cu|cpp|cc|cxx|c))(?=\s|$)")
+
+
+def build_progress(output: str) -> str:
+    """What a heartbeat says of a build's output so far: ninja's step count, the file
+    being compiled, else its last line (cut short)."""
+    steps = _NINJA_STEP.findall(output)
+    done = f"; step {steps[-1][0]} of {steps[-1][1]}" if steps else ""
+    lines = [line for line in output.splitlines() if line.strip()]
+    for line in reversed(lines[-20:]):
+        files = _COMPILED_FILE.findall(line)
+        if files:
+            return f"{done}; compiling {files[-1]}"
+    return f"{done}; last output: {lines[-1].strip()[:120]}" if lines else done
 
 
 def _count(n: int, one: str, many: str) -> str:
