@@ -176,7 +176,7 @@ def test_a_failing_build_says_why_with_its_own_lines(tmp_path: Path) -> None:
     builder = OwnBuilder(tmp_path / "cache", timeout_s=300)
     build = builder.original(root, own_recipe("setup.py"))
     assert not build.ok
-    assert "`python setup.py build_ext --inplace` exited with code 1" in build.why
+    assert "`python -u setup.py build_ext --inplace` exited with code 1" in build.why
     assert "shift.cu" in build.evidence() and "error" in build.evidence()
     again = builder.original(root, own_recipe("setup.py"))
     assert again.cached and not again.ok  # the same content fails the same way

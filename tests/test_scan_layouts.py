@@ -242,3 +242,34 @@ blur_3d = load(name="blur_3d", sources=[
     builds = kernels["blur_kernel"].builds
     assert sorted((b.kind, b.name, b.sources) for b in builds) == [
         ("load", "blur_3d", ("blur3d/blur.cu",)), ("setup_py", "blur_3d", ("blur3d/blur.cu",))]
+
+
+def test_a_wrapper_that_checks_its_inputs_is_no_reference(tmp_path: Path) -> None:
+    """A library's own wrapper compares two of its inputs before calling the op: that
+    checks nothing of the op, in either branch."""
+    kernels = _scan(tmp_path, {
+        "csrc/blur.cu": BLUR.replace("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)",
+                                     "PYBIND11_MODULE(blur_ext, m)"),
+        "setup.py": """\
+from setuptools import setup
+from torch.utils.cpp_extension import CUDAExtension
+setup(ext_modules=[CUDAExtension("blurlib.blur_ext", ["csrc/blur.cu"])])
+""",
+        "blurlib/__init__.py": "from .blur import blur\n",
+        "blurlib/blur.py": """\
+import torch
+from . import blur_ext
+
+
+def blur(x, batch_x, batch_y):
+    if x.is_cuda:
+        if not torch.equal(batch_x, batch_y):
+            raise ValueError("batch_x and batch_y differ")
+        return blur_ext.blur(x)
+    if not torch.equal(batch_x.unique(), batch_y.unique()):
+        raise ValueError("batch_x and batch_y differ")
+    return x.clone()
+""",
+    })
+    assert kernels["blur_kernel"].bindings
+    assert _refs(kernels["blur_kernel"]) == []

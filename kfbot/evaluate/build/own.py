@@ -72,16 +72,19 @@ class OwnRecipe:
         return "" if parent == "." else parent
 
     def command(self, python: str) -> list[str]:
+        """The build, run in `folder` (`-u`: its output reaches the log as it comes)."""
         if self.method == "build_ext":
-            return [python, "setup.py", "build_ext", "--inplace"]
+            return [python, "-u", "setup.py", "build_ext", "--inplace"]
         return [python, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
                 "--no-input", "--upgrade", "--target", SITE, "."]
 
+    def typed(self) -> str:
+        """The command as a person would type it in `folder`."""
+        return " ".join(["python", *self.command("python")[1:]])
+
     def shown(self) -> str:
         where = f" in {self.folder}/" if self.folder else ""
-        if self.method == "build_ext":
-            return f"`python setup.py build_ext --inplace`{where}"
-        return f"`pip install --no-build-isolation --no-deps --target <private folder> .`{where}"
+        return f"`{self.typed()}`{where}"
 
     def library_root(self, tree: Path) -> Path:
         """Where the built libraries' module paths start."""
@@ -224,7 +227,7 @@ class OwnBuilder:
     def _run(self, recipe: OwnRecipe, workshop: Path, log: Path, what: str) -> Ran:
         env = untrusted_env({"PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": str(_jobs())})
         folder = workshop / recipe.folder
-        with _heartbeat(self.progress, what, log, self.heartbeat_s):
+        with _heartbeat(self.progress, what, log, self.heartbeat_s, workshop):
             return run_process(recipe.command(self.python), folder, env, self.timeout_s, log)
 
     @contextlib.contextmanager
@@ -383,7 +386,7 @@ def _jobs() -> int:
 
 @contextlib.contextmanager
 def _heartbeat(progress: Progress | None, what: str, log: Path,
-               every_s: float) -> Iterator[None]:
+               every_s: float, workshop: Path) -> Iterator[None]:
     """A line every `every_s` while a long build runs (its time and last output line),
     so that a CI log never goes silent."""
     if progress is None:
@@ -398,7 +401,7 @@ def _heartbeat(progress: Progress | None, what: str, log: Path,
             with contextlib.suppress(OSError):
                 text = tail(log, 16384)
             progress(f"{what}: {time.monotonic() - started:.0f} s so far"
-                     + build_progress(text))
+                     + build_progress(text.replace(f"{workshop}/", "")))
 
     thread = threading.Thread(target=beat, name="kfbot-build-heartbeat", daemon=True)
     progress(f"{what} (the repository's own build; a line every {every_s:.0f} s)")
