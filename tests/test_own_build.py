@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from kfbot.evaluate.baseline import own_build_step
 from kfbot.evaluate.build.own import OwnBuilder, own_recipe
 from kfbot.evaluate.build.symbols import holders, library_symbols, parse_symbol
-from kfbot.scan.model import KernelDef
+from kfbot.evaluate.repository_build import own_original
+from kfbot.evaluate.task import KernelTask, OpBinding
+from kfbot.scan.model import BuildRecipe, KernelDef
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
@@ -211,3 +214,28 @@ def test_demangled_names_split_into_what_a_definition_has(
 def test_derived_names_are_not_kernels() -> None:
     assert parse_symbol("__device_stub__Z8c_kernelPf(float*)") is None
     assert parse_symbol("void ops::__wrapper__device_stub_k<float>(float*&)") is None
+
+
+def test_the_task_finds_its_library_and_says_so(built: tuple[Path, OwnBuilder]) -> None:
+    root, builder = built
+    recipe = BuildRecipe(kind="repository", name="", file="setup.py", line=1)
+    task = KernelTask(kernel_id="csrc/scale.cu::rowpkg::scale_kernel", kernel_name="scale_kernel",
+                      root=root, build=recipe, op=OpBinding("torch_op", "rowpkg", "scale"),
+                      references=(), unusable_references=(), test_targets=(),
+                      editable_files=("csrc/scale.cu",), definition=SCALE_KERNEL)
+    own = own_original(root, own_recipe("setup.py"), builder, SCALE_KERNEL)
+    assert own.ok and own.module == "rowpkg._scale"
+    result = own.result()
+    assert result.ok and result.module_name == "_scale" and result.artifact is not None
+    step = own_build_step(task, own)
+    assert step.outcome == "ok"
+    assert "the kernel is in rowpkg._scale (_scale." in step.summary
+    assert "(registered name)" in step.summary or "(symbol table)" in step.summary
+
+    missing = KernelDef(name="gone_kernel", namespace="rowpkg", file="csrc/gone.cu", line=1)
+    lost = own_original(root, own_recipe("setup.py"), builder, missing)
+    step = own_build_step(task, lost)
+    assert step.outcome == "failed"
+    assert "none of them holds rowpkg::gone_kernel" in step.summary
+    # The kfbot.yaml names the libraries the build made, not a placeholder.
+    assert "kind: repository" in step.suggestion and "name: rowpkg._scale" in step.suggestion

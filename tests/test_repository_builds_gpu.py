@@ -70,6 +70,22 @@ def test_the_original_passes_where_the_repository_builds_itself(
     assert "reference" in {c.against for c in ev.checks}, explained(ev)
 
 
+@pytest.mark.parametrize(("kernel", "run"), [
+    ("nearest3d/nearest.cu::nearest_kernel", "check_nearest.py"),  # no __main__ guard
+    ("nearest2d/nearest.cu::nearest_kernel", "tests/test_nearest_2d.py"),  # try: import
+])
+def test_the_original_passes_with_a_setup_py_per_folder(cache: Path, kernel: str,
+                                                        run: str) -> None:
+    task = _task("subfolder_setup", kernel)
+    with Engine(task, _settings(cache)) as engine:
+        ev = engine.baseline()
+    assert ev.ok, f"{ev.reason}\n{explained(ev)}"
+    assert all(s.outcome in ("ok", "warning") for s in ev.steps), explained(ev)
+    pair = next(s for s in ev.steps if s.step == "pair")
+    assert run in pair.summary, explained(ev)
+    assert "reference" in {c.against for c in ev.checks}, explained(ev)
+
+
 def test_a_candidate_is_rebuilt_the_repositorys_way(cache: Path) -> None:
     """A candidate that changes the scale kernel: the workshop recompiles its object
     only, the library loads beside the original under rowlib_kf<tag>, and a wrong one

@@ -35,7 +35,7 @@ from kfbot.evaluate.build.registrations import (
     owned_namespaces,
     rename_registrations,
 )
-from kfbot.evaluate.build.symbols import Holder, holders
+from kfbot.evaluate.build.symbols import Holder, has_device_code, holders
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.staged import StagedModule
 from kfbot.evaluate.task import EXTENSION_NAMESPACE
@@ -137,8 +137,12 @@ def own_original(root: Path, recipe: OwnRecipe, builder: OwnBuilder,
     if not found:
         shown = ", ".join(build.libraries[:6]) + (" ..." if len(build.libraries) > 6 else "")
         what = kernel.qualified_name if kernel is not None else name
+        cuda = any(has_device_code(build.original / lib) for lib in build.libraries)
+        none = "" if cuda else "; none holds CUDA device code: the build compiled no .cu " \
+            "file here (its setup.py may compile CUDA only where torch sees a GPU, or " \
+            "read a switch other than FORCE_CUDA=1)"
         return OwnOriginal(build, None, None, f"{build.why}, but none of them holds "
-                           f"{what} ({shown})")
+                           f"{what} ({shown}){none}")
     library = found[0].library.relative_to(build.original).as_posix()
     others = f"; also in {', '.join(h.library.name for h in found[1:3])}" \
         if len(found) > 1 else ""

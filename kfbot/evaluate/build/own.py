@@ -225,7 +225,10 @@ class OwnBuilder:
     # --- running -------------------------------------------------------------------------
 
     def _run(self, recipe: OwnRecipe, workshop: Path, log: Path, what: str) -> Ran:
-        env = untrusted_env({"PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": str(_jobs())})
+        # FORCE_CUDA: the switch many setup scripts read to compile their CUDA sources
+        # where torch sees no GPU (a build machine, a container without one).
+        env = untrusted_env({"PYTHONDONTWRITEBYTECODE": "1", "MAX_JOBS": str(_jobs()),
+                             "FORCE_CUDA": "1"})
         folder = workshop / recipe.folder
         with _heartbeat(self.progress, what, log, self.heartbeat_s, workshop):
             return run_process(recipe.command(self.python), folder, env, self.timeout_s, log)

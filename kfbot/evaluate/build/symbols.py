@@ -133,6 +133,14 @@ def _registered(library: Path) -> list[str]:
     return list(dict.fromkeys(m.decode("ascii") for m in _MANGLED.findall(data)))
 
 
+def has_device_code(library: Path) -> bool:
+    """Whether the library holds CUDA device code (a fat binary section) at all."""
+    try:
+        return b".nv_fatbin" in library.read_bytes()
+    except OSError:
+        return False
+
+
 def plain_names(library: Path, names: Sequence[str]) -> set[str]:
     """Which of `names` (extern "C" kernels: their symbol is the bare name) the
     library holds as a null-terminated string."""
