@@ -146,9 +146,11 @@ class BuildConfig:
     """How to build a declared task when discovery cannot tell."""
 
     # repository: the repository builds itself, with `file` (its setup.py or
-    # pyproject.toml); `name` is the module of the library that holds the kernel.
+    # pyproject.toml); `name`, if given, is the module of the library that holds the
+    # kernel (else the library is found by the kernel's symbols). The other kinds need
+    # a name.
     kind: Literal["load", "load_inline", "setup_py", "repository"]
-    name: Text
+    name: Text | None = None
     file: RelPath | None = None
     sources: tuple[str, ...] = ()
     defines: dict[Text, Annotated[str, AS_TEXT]] = field(default_factory=dict)

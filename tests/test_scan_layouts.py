@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kfbot.config import Config
+import pytest
+
+from kfbot.config import Config, load_config
+from kfbot.errors import KfbotError
+from kfbot.evaluate.task import make_task
 from kfbot.scan.model import Kernel
 from kfbot.scan.scanner import scan
 
@@ -273,3 +277,36 @@ def blur(x, batch_x, batch_y):
     })
     assert kernels["blur_kernel"].bindings
     assert _refs(kernels["blur_kernel"]) == []
+
+
+def test_a_declared_repository_build_and_its_budget(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "csrc/blur.cu": BLUR,
+        "setup.py": "from setuptools import setup\nsetup(name='blur')\n",
+        "kfbot.yaml": """\
+version: 1
+tasks:
+  - name: blur
+    kernel: blur_kernel
+    build:
+      kind: repository
+      file: setup.py
+repository_build:
+  timeout: 5m
+""",
+    })
+    config = load_config(None, tmp_path)
+    report = scan(tmp_path, config)
+    (kernel,) = report.kernels
+    first = kernel.builds[0]
+    assert (first.kind, first.file, first.origin) == \
+        ("repository", "setup.py", "declared")
+    task = make_task(kernel, tmp_path, config, report.kernels)
+    assert task.build.kind == "repository" and task.own_build_timeout_s == 300.0
+
+
+def test_a_budget_without_its_unit_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path, {"kfbot.yaml": "version: 1\nrepository_build:\n  timeout: '30'\n"})
+    with pytest.raises(KfbotError, match=r"kfbot.yaml:3: repository_build.timeout: expected "
+                       r"a duration with its unit \(90s, 45m, 1h30m\), got '30'"):
+        load_config(None, tmp_path)

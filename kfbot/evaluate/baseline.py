@@ -94,14 +94,11 @@ def own_build_step(task: KernelTask, own: OwnOriginal | None) -> StepReport:
 
 
 def _library_name(task: KernelTask, own: OwnOriginal | None) -> str:
-    """The best name known for the library that holds the kernel: the one found, the
-    one declared, one the build made, the op's module, the repository's folder."""
+    """The library that holds the kernel where one is known: the one found, the one
+    declared, else the first the build made; "" when the build made none."""
     made = [own.build.module_name(lib) for lib in own.build.libraries] if own else []
-    module = task.op.module if task.op.module.isidentifier() and \
-        not task.op.module.isupper() else ""
-    names = [own.module if own is not None else "", task.build.name, *made, module,
-             task.root.name]
-    return next(n for n in names if n)
+    names = [own.module if own is not None else "", task.build.name, *made]
+    return next((n for n in names if n), "")
 
 
 def _diagnostic_line(file: str | None, line: int | None, message: str) -> str:

@@ -74,14 +74,16 @@ def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe,
 
 
 def repository_build_snippet(kernel_id: str, name: str, file: str, library: str) -> str:
-    """The repository builds itself with `file`; `library` is the module of the library
-    that holds the kernel, where it is known."""
+    """The repository builds itself with `file`; `library`, where one is known, is the
+    module of a library it built (without it, the kernel's symbols choose)."""
+    named = [f"      name: {library}    # the module of the library that holds the kernel"] \
+        if library else []
     return "\n".join([
         *_task_head(kernel_id, name),
         "    build:",
         "      kind: repository              # the repository's own build, in a scratch copy",
         f"      file: {file}",
-        f"      name: {library}               # the module of the library with the kernel",
+        *named,
         "repository_build:",
         "  timeout: 60m                     # the time the repository's own build may take",
     ])
