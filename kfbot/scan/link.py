@@ -111,17 +111,27 @@ class Linker:
 
     def own_build(self, file: str) -> BuildRecipe | None:
         """The build the repository runs itself for a file no read build compiles: the
-        setup.py (else pyproject.toml) of the nearest folder above it that has one."""
+        setup.py (else pyproject.toml) of the nearest folder above it that has one,
+        unless the scan read every extension that setup.py makes (then none holds it)."""
         known = set(self.inventory) | set(self.build_files)
         folder = posixpath.dirname(file)
         while True:
             for name in ("setup.py", "pyproject.toml"):
                 path = posixpath.join(folder, name) if folder else name
                 if path in known:
-                    return _own_recipe(path, file, known)
+                    return None if self._all_read(path) else _own_recipe(path, file, known)
             if not folder:
                 return None
             folder = posixpath.dirname(folder)
+
+    def _all_read(self, setup: str) -> bool:
+        """Whether `setup` makes extensions and the scan read each one's name and sources
+        (a name or a source computed at run time is kept as written, and is no file)."""
+        made = [b for b in self.builds if b.file == setup and b.kind == "setup_py"]
+        files = set(self.inventory)
+        return bool(made) and all(
+            b.name.replace(".", "_").isidentifier() and all(s in files for s in b.sources)
+            for b in made)
 
     def related(self, a: str, b: str) -> bool:
         if a == b or b in self.closure(a) or a in self.closure(b):
