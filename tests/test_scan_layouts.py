@@ -310,3 +310,34 @@ def test_a_budget_without_its_unit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KfbotError, match=r"kfbot.yaml:3: repository_build.timeout: expected "
                        r"a duration with its unit \(90s, 45m, 1h30m\), got '30'"):
         load_config(None, tmp_path)
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize(("fixture", "expected"), [
+    ("library_loop", {
+        "csrc/cuda/row_scale_cuda.cu::rowlib::row_scale_kernel":
+            ("repository", "rowlib.row_scale", ["test/test_row_scale.py:14"]),
+        "csrc/cuda/row_shift_cuda.cu::rowlib::row_shift_kernel":
+            ("repository", "rowlib.row_shift", ["test/test_row_shift.py:14"])}),
+    ("subfolder_setup", {
+        "nearest3d/nearest.cu::nearest_kernel":
+            ("load", "nearest_3d.forward", ["check_nearest.py:15"]),
+        "nearest2d/nearest.cu::nearest_kernel":
+            ("load", "nearest_2d.forward", ["tests/test_nearest_2d.py:18"])}),
+    ("selective_ops", {
+        "visops/csrc/kernels/blur_rows.cuh::visops::blur_rows_kernel":
+            ("setup_py", "visops.blur_rows", ["test/test_blur_rows.py:21"])}),
+    ("cmake_ext", {
+        "csrc/clamp.cu::clamp01_kernel":
+            ("repository", "clampops.clamp01", ["tests/test_clamp01.py:8"])}),
+])
+def test_the_fixtures_of_these_layouts_pair(
+        fixture: str, expected: dict[str, tuple[str, str, list[str]]]) -> None:
+    report = scan(FIXTURES / fixture, Config())
+    found = {k.id: (k.builds[0].kind if k.builds else "",
+                    f"{k.bindings[-1].module}.{k.bindings[-1].name}" if k.bindings else "",
+                    [f"{r.file}:{r.line}" for r in k.references])
+             for k in report.kernels}
+    assert found == expected
