@@ -143,13 +143,13 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
         ray = RayExecutor(task, engine_settings, args.address, build_cpus=args.build_cpus)
         with contextlib.closing(ray):
             facts = ray.preflight()
-            _require_baseline(task, facts.baseline)
+            _require_baseline(task, facts.baseline, console)
             outcome = search(facts, ray)
     else:
         extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
         with Engine(task, engine_settings) as engine:
             engine.probe()  # no GPU: say so now, after the plan
-            _require_baseline(task, engine.baseline())
+            _require_baseline(task, engine.baseline(), console)
             executor = _executor(task, engine, gpus)
             with contextlib.closing(executor):
                 outcome = search(engine, executor)
@@ -214,8 +214,12 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
     return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
 
 
-def _require_baseline(task: KernelTask, base: Evaluation) -> None:
+def _require_baseline(task: KernelTask, base: Evaluation, console: Console) -> None:
+    """The original must pass its baseline; where it does not, every step is shown (the
+    first failure with its evidence and kfbot.yaml) before the search is refused."""
     failure = first_failure(base.steps)
+    if failure is not None or not base.ok:
+        report.print_steps(base.steps, console)
     if failure is not None and failure.step != "comparison":
         raise KfbotError(f"{task.kernel_id}: the baseline stopped at the {failure.step} step: "
                          f"{failure.summary} (`kfbot verify {task.kernel_name} --explain` "
