@@ -239,3 +239,22 @@ def test_the_task_finds_its_library_and_says_so(built: tuple[Path, OwnBuilder]) 
     assert "none of them holds rowpkg::gone_kernel" in step.summary
     # The kfbot.yaml names the libraries the build made, not a placeholder.
     assert "kind: repository" in step.suggestion and "name: rowpkg._scale" in step.suggestion
+
+
+def test_only_the_most_recent_builds_are_kept(tmp_path: Path) -> None:
+    """Each commit is a new build; the cache keeps the last few, not every one."""
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    builder = OwnBuilder(tmp_path / "cache", timeout_s=60)
+    keys = []
+    for n in range(6):
+        # A "library" written by the setup script itself: all the builder looks for.
+        (root / "setup.py").write_text(
+            f"import os\nos.makedirs('pkg', exist_ok=True)\n"
+            f"open('pkg/_ops{n}.so', 'wb').write(b'not really')\n")
+        build = builder.original(root, own_recipe("setup.py"))
+        assert build.ok, build.tail
+        keys.append(build.key)
+    kept = {p.parent.name for p in (tmp_path / "cache").glob("*/result.json")}
+    assert kept == set(keys[-4:])
+    assert not (tmp_path / "cache" / keys[0] / "original").exists()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kfbot.errors import KfbotError
 from kfbot.evaluate.baseline import (
     build_step,
     capture_steps,
@@ -241,7 +242,13 @@ class Preparation:
         if build.failed:
             yield from skipped("build", ("import", "capture", "reference"))
             return
-        captured = self.captured()
+        try:
+            captured = self.captured()
+        except KfbotError as exc:  # the tests could not even be started
+            yield StepReport("import", "skipped", "not run: the tests could not be started")
+            yield StepReport("capture", "failed", f"the tests could not be started: {exc}")
+            yield from skipped("capture", ("reference",))
+            return
         staged = [m.name for m in self.staged()]
         yield from capture_steps(self.task, captured.run, captured.cached, staged)
         yield reference_step(self.task)

@@ -50,6 +50,7 @@ Method = Literal["build_ext", "pip"]
 Progress = Callable[[str], None]
 DEFAULT_TIMEOUT_S = 3600.0
 HEARTBEAT_S = 60.0
+KEEP_BUILDS = 4  # the repository's own builds kept in the cache (the most recent)
 SITE = ".kfbot-site"  # the pip method's private install folder, inside the workshop
 _DIRTY = "dirty.json"  # candidate files written into the workshop and not yet restored
 _TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx", ".c")
@@ -163,7 +164,8 @@ class OwnBuilder:
                 return done
             built = self._build_original(root, recipe, key, home)
             (home / "result.json").write_text(json.dumps(built.to_json()))
-            return built
+        _prune(self.cache_dir, keep=KEEP_BUILDS)
+        return built
 
     def _build_original(self, root: Path, recipe: OwnRecipe, key: str, home: Path) -> OwnBuild:
         workshop, original = home / "workshop", home / "original"
@@ -244,6 +246,23 @@ class OwnBuilder:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _prune(cache_dir: Path, keep: int) -> None:
+    """Remove all but the `keep` most recent builds (a build tree can be large, and a
+    new commit is a new one); a build another process is using is left alone."""
+    done = sorted((p for p in cache_dir.glob("*/result.json")),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+    for result in done[keep:]:
+        home = result.parent
+        with open(home / ".lock", "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use
+            result.unlink()  # first: a half-removed build is never taken for a whole one
+            for part in ("workshop", "original", "candidates"):
+                shutil.rmtree(home / part, ignore_errors=True)
 
 
 def restore(build: OwnBuild) -> None:
