@@ -486,7 +486,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     naive.add_argument("--naive", action="store_true",
                        help="kfbot optimize --no-llm on the naive fixtures, reproduced, beside "
                             f"hand-written versions (--kernels from: "
-                            f"{', '.join(b.key for b in naive_kernels.NAIVE)}, or all; default: "
+                            f"{', '.join(b.key for b in naive_kernels.NAIVE)}, all, or real "
+                            "for the real-shaped ones; default: "
                             f"{','.join(naive_kernels.DEFAULT)}, one per class)")
     naive.add_argument("--budget", type=int, default=naive_kernels.MAX_BUDGET,
                        metavar="N", help=f"evaluations per kernel (at most "

@@ -47,6 +47,11 @@ def test_every_class_has_a_fixture_with_a_hand_written_version() -> None:
     default = nk.pick(None)
     assert sorted(b.kind for b in default) == sorted({b.kind for b in nk.NAIVE})
     assert nk.pick("all") == list(nk.NAIVE)
+    real = nk.pick("real")
+    assert [b.key for b in real] == list(nk.REAL)
+    assert {b.fixture for b in real} == {"naive_real"}
+    assert nk.target_of([nk.NaiveRow(b) for b in real]) == nk.REAL_TARGET
+    assert nk.target_of([nk.NaiveRow(b) for b in default]) == nk.TARGET
     assert nk._reproduced('{"speedup": {"reproduced": 4.5}}') == 4.5
     assert nk._reproduced("kfbot reproduce: the patch does not apply") is None
     with pytest.raises(SystemExit, match="unknown kernel"):

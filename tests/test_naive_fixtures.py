@@ -33,6 +33,12 @@ EXPECTED = {
     "matmul_kernel": ("naive_matmul", ["matmul-register-tiling",
                                        "matmul-register-tiling-large"]),
     "transpose_kernel": ("naive_transpose", ["tiled-transpose"]),
+    "layernorm_kernel": ("naive_real", ["row-map-per-block", "warp-per-row", "block-per-row"]),
+    "row_sum_kernel": ("naive_real", ["warp-per-row", "block-per-row"]),
+    "blur_rows_kernel": ("naive_real", ["row-map-per-block", "warp-per-row", "block-per-row"]),
+    # A block per row already: the small rewrites (the shuffle finish through its helpers,
+    # the occupancy sweep) and the params of its conditional block size.
+    "softmax_block_kernel": ("naive_real", []),
 }
 EXPERTS = {e.id for e in load_library().experts}
 

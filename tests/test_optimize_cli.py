@@ -34,8 +34,9 @@ def test_dry_run_shows_the_search_plan() -> None:
         in out
     assert "kBlockSize (constexpr, csrc/gelu_kernel.cu:5) = 128, tries 32, 64, 128, 256, " \
            "512, 1024" in out
-    assert "rules: fast-math-flags, grid-stride-loop, launch-bounds, restrict-pointers, " \
-           "vectorize-float4" in out
+    assert "rules: fast-math-flags, grid-stride-loop, launch-bounds, occupancy-2-blocks, " \
+           "occupancy-4-blocks, restrict-pointers, vectorize-float4" in out
+    assert "  grid-stride-loop: applies" in out
     assert "llm: ANTHROPIC_API_KEY is not set" in out
     assert not (FIXTURES / "load_elementwise" / ".kfbot").exists()
 

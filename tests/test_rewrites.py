@@ -124,8 +124,9 @@ def apply(rewrite_id: str, source: str, kernel: str = "scale_kernel") -> str | N
 
 # --- loading and validation -------------------------------------------------------------
 
-SMALL = ["restrict-pointers", "launch-bounds", "unroll-constant-loops", "grid-stride-loop",
-         "warp-shuffle-reduction", "fast-math-intrinsics", "fast-math-flags"]
+SMALL = ["restrict-pointers", "launch-bounds", "occupancy-2-blocks", "occupancy-4-blocks",
+         "unroll-constant-loops", "grid-stride-loop", "warp-shuffle-reduction", "online-softmax",
+         "fast-math-intrinsics", "fast-math-flags"]
 SMALL_SOURCE = [r.rewrite for r in rw.load_rewrites(rules_dir() / "rewrites.yaml")
                 if r.rewrite in SOURCE_REWRITES]
 
@@ -211,11 +212,17 @@ def test_launch_bounds() -> None:
     define = ELEMENTWISE.replace("constexpr int kBlock = 256;", "#define kBlock 64")
     out = apply("launch-bounds", define)
     assert out is not None and "__launch_bounds__(64) scale_kernel" in out
+    # Launches with different constant blocks: bounded by the largest.
+    two = ELEMENTWISE.replace(
+        "scale_kernel<<<(n + kBlock - 1) / kBlock, kBlock>>>(x, y, n);",
+        "scale_kernel<<<1, 128>>>(x, y, n); scale_kernel<<<1, 256>>>(x, y, n);")
+    out = apply("launch-bounds", two)
+    assert out is not None and "__launch_bounds__(256) scale_kernel" in out
 
 
 @pytest.mark.parametrize("launches", [
     "",  # no launch in the file
-    "scale_kernel<<<1, 128>>>(x, y, n); scale_kernel<<<1, 256>>>(x, y, n);",  # differ
+    "scale_kernel<<<1, 128>>>(x, y, n); scale_kernel<<<1, 2048>>>(x, y, n);",  # too many
     "scale_kernel<<<1, threads>>>(x, y, n);",  # runtime block size
     "scale_kernel<<<1, dim3(16, 16)>>>(x, y, n);",
 ])
@@ -358,7 +365,12 @@ SOURCES = {"elementwise": (ELEMENTWISE, "scale_kernel"), "restrict": (RESTRICT, 
 
 @pytest.mark.parametrize("impl", SMALL_SOURCE)
 def test_comments_and_strings_do_not_trigger(impl: str) -> None:
-    assert SOURCE_REWRITES[impl](DECOYS, Target("k")) is None
+    found = SOURCE_REWRITES[impl](DECOYS, Target("k"))
+    if impl.startswith("occupancy_"):  # the real kernel's own bound is what it changes
+        assert found == DECOYS.replace("__launch_bounds__(64)",
+                                       f"__launch_bounds__(64, {impl[-1]})")
+    else:
+        assert found is None
 
 
 @pytest.mark.parametrize("impl", SMALL_SOURCE)
@@ -376,7 +388,8 @@ def test_propose_on_gelu_fixture() -> None:
     parent = Candidate(files=files)
     cands = rw.propose_rewrites(files, [path], parent, "gelu_kernel")
     ids = [c.rationale.split(":")[0] for c in cands]
-    assert ids == ["vectorize-float4", "restrict-pointers", "launch-bounds", "grid-stride-loop",
+    assert ids == ["vectorize-float4", "restrict-pointers", "launch-bounds",
+                   "occupancy-2-blocks", "occupancy-4-blocks", "grid-stride-loop",
                    "fast-math-flags"]
     for cand in cands:
         assert cand.origin == "rules" and cand.parent == parent.hash
@@ -425,8 +438,11 @@ OUTPUTS = _outputs()
 
 
 def test_every_rewrite_has_a_compiled_example() -> None:
-    done = {case.split("-", 1)[1] for case in OUTPUTS} | {"fast_math_intrinsics"}
-    assert done == set(SMALL_SOURCE)  # fast math has its own file: test_rewrites_fastmath
+    done = {case.split("-", 1)[1] for case in OUTPUTS} | {"fast_math_intrinsics",
+                                                         "online_softmax"}
+    # fast math has its own file (test_rewrites_fastmath); online softmax applies to the
+    # row rewrites' output and is compiled in test_rewrites_real.
+    assert done == set(SMALL_SOURCE)
 
 
 @pytest.fixture(scope="module")

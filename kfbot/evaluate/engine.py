@@ -207,8 +207,22 @@ class Engine:
     # --- inputs ----------------------------------------------------------------------
 
     def signatures(self) -> list[CallSignature]:
-        """The op's real call signatures, captured once from the repository's tests."""
+        """The op's real call signatures, captured once from the repository's tests (or,
+        inside `at_signatures`, the ones given there)."""
+        override = getattr(self, "_signatures_override", None)
+        if override is not None:
+            return list(override)
         return list(self.prep.captured().signatures)
+
+    def evaluate_at(self, candidate: Candidate, signatures: Sequence[CallSignature]
+                    ) -> Evaluation:
+        """`evaluate` with `signatures` verified and timed instead of the captured ones:
+        where a candidate holds beyond the shapes it was chosen on."""
+        self._signatures_override: Sequence[CallSignature] | None = signatures
+        try:
+            return self.evaluate(candidate)
+        finally:
+            self._signatures_override = None
 
     def prepare_baseline(self) -> tuple[StepReport, ...]:
         """The baseline's steps before the GPU: pair, build, import, capture, reference."""

@@ -41,6 +41,9 @@ class Knob:
     line: int
     current: str
     choices: tuple[str, ...]
+    # The knob's literal is this number of its line (0 first), not the one after its
+    # name: a branch of `cols >= 1024 ? 1024 : 256` (see reach.py).
+    occurrence: int = -1
 
     @property
     def via_define(self) -> bool:
@@ -153,7 +156,7 @@ def apply_point(ks: Sequence[Knob], point: Mapping[str, str], files: Mapping[str
                      parent=parent.hash, rationale=f"params: {label}")
 
 
-_NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
+NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
 
 
 def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
@@ -168,10 +171,13 @@ def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
         return None
     row = lines[knob.line - 1]
     name = knob.name.rsplit(":", 1)[-1]
-    if name in row:
-        match = _NUMBER.search(row, row.find(name) + len(name))
+    if knob.occurrence >= 0:
+        numbers = list(NUMBER.finditer(row))
+        match = numbers[knob.occurrence] if knob.occurrence < len(numbers) else None
+    elif name in row:
+        match = NUMBER.search(row, row.find(name) + len(name))
     elif knob.kind == "launch_config" and "<<<" in row:
-        match = next((m for m in _NUMBER.finditer(row) if m.group() == knob.current), None)
+        match = next((m for m in NUMBER.finditer(row) if m.group() == knob.current), None)
     else:
         match = None
     return (lines, match) if match is not None else None

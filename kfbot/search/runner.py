@@ -42,6 +42,7 @@ from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor
 from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
 from kfbot.search.features import cell_of
+from kfbot.search.heldout import time_held_out
 from kfbot.search.islands import (
     Evaluate,
     IslandSearch,
@@ -53,7 +54,10 @@ from kfbot.search.islands import (
 from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
-from kfbot.search.params import Knob, knobs, space_size
+from kfbot.search.params import Knob, space_size
+from kfbot.search.pershape import held_out_slower, rows_of
+from kfbot.search.pershape import markdown as per_shape_markdown
+from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
     best_so_far,
@@ -63,6 +67,7 @@ from kfbot.search.report import (
     unified_patch,
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
+from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
 from kfbot.search.winner import (
     Confirmed,
@@ -93,6 +98,10 @@ class Plan:
     rewrites: tuple[str, ...]  # ids of the rewrites that apply to the original
     llm: str  # "on" or why it is off
     settings: OptimizeSettings
+    # Tunables the scan found that do not reach the kernel, or cannot be traced, and why.
+    knob_notes: tuple[str, ...] = ()
+    # One line per rewrite: applies (through helpers or not), or why it does not.
+    rule_notes: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         s = self.settings
@@ -107,18 +116,32 @@ class Plan:
             out += [f"  {k.name} ({k.kind}, {k.file}:{k.line}) = {k.current}, tries "
                     f"{', '.join(k.choices)}" for k in self.knobs]
         else:
-            out.append("params: no numeric tunables found")
+            out.append("params: no numeric tunables found that reach the kernel")
+        out += [f"  {note}" for note in self.knob_notes]
         out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
+        out += [f"  {note}" for note in self.rule_notes]
         out.append(f"llm: {self.llm}")
         return out
 
 
 def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
-    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites())
+    found = task_knobs(task)
+    mut = Mutators(task, found.knobs, load_rewrites())
     applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
                                 task.kernel_name, mut.rewrites)
     ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
-    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings)
+    why = explain_rewrites(mut.base_files(), task.editable_files, task.kernel_name,
+                           mut.rewrites)
+    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes,
+                tuple(why))
+
+
+def task_knobs(task: KernelTask) -> Reach:
+    """The tunables that reach the task's kernel, as knobs, and why others do not."""
+    files = {rel: read_source(task.root / rel, rel) for rel in task.editable_files
+             if (task.root / rel).is_file()}
+    return reaching_knobs(files, task.editable_files, task.kernel_name, task.tunables,
+                          shared_names(task))
 
 
 @dataclass
@@ -141,6 +164,9 @@ class OptimizeOutcome:
     # The changes that led from the original to the committed candidate, first to last
     # (the candidate's own rationale is the last): what its speedup is owed to.
     lineage: tuple[str, ...] = ()
+    # The committed candidate verified and timed at held-out shapes (see `heldout`).
+    held_out: Evaluation | None = None
+    held_out_note: str = ""  # why held-out shapes were not timed, when they were not
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -175,7 +201,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
-    mut = Mutators(task, knobs(task.tunables, shared_names(task)), load_rewrites(), llm,
+    mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
                    lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
@@ -196,18 +222,45 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
     confirmed = confirm(evaluations, mut.candidates, lambda c: executor.evaluate([c])[0][1])
-    committed = confirmed.committed
+    committed, held, held_note, held_miss = where_it_holds(engine, confirmed.committed)
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
                               adequacy=engine.adequacy(), committed=committed,
                               confirmation=confirmed,
-                              near_miss=None if committed else near_miss(evaluations,
-                                                                         mut.candidates),
+                              near_miss=held_miss or (None if committed else near_miss(
+                                  evaluations, mut.candidates)),
+                              held_out=held, held_out_note=held_note,
                               needs_parameters=needs_parameters(task, evaluations,
                                                                 mut.candidates, committed),
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
+                   ) -> tuple[tuple[Evaluation, Candidate] | None, Evaluation | None, str,
+                              str | None]:
+    """(what stays committed, its held-out evaluation, why none was made, why it is no
+    longer committed): a candidate significantly slower than the original at a held-out
+    shape is not committed without a size dispatch that keeps the original there."""
+    if committed is None:
+        return None, None, "", None
+    if not isinstance(engine, Engine):
+        return committed, None, "held-out shapes are timed only on the local GPU", None
+    held = time_held_out(engine, committed[1])
+    if held is None:
+        return committed, None, "no captured shape has a size to scale", None
+    if not held.ok:  # the original may fail there too: said, not held against it
+        return committed, held, (f"held-out shapes not compared: {held.stage}: "
+                                 f"{held.reason}"), None
+    slower = held_out_slower(rows_of([], held.timings))
+    if slower:
+        shapes = "; ".join(f"{r.shape}: {r.original_us:.2f} µs -> {r.candidate_us:.2f} µs"
+                           for r in slower)
+        return None, held, "", (f"`{committed[1].short}` is significantly slower than the "
+                                f"original at held-out shapes ({shapes}); it needs a size "
+                                "dispatch that keeps the original there")
+    return committed, held, "", None
 
 
 def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:
@@ -329,6 +382,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
                   "```diff", patch, "```", ""]
+    lines += _per_shape_section(outcome)
     lines += _parameters_section(task, outcome.needs_parameters)
     if outcome.adequacy is not None:
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
@@ -337,6 +391,16 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
               "parameters included.", "", mermaid_chart(series), "## Search history", "",
               history_table(outcome.result.history)]
     return "\n".join(lines)
+
+
+def _per_shape_section(outcome: OptimizeOutcome) -> list[str]:
+    """Where the committed candidate holds: captured and held-out shapes."""
+    captured = outcome.committed[0].timings if outcome.committed else ()
+    held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
+    if not captured and not held:
+        return []
+    note = [outcome.held_out_note + ".", ""] if outcome.held_out_note else []
+    return ["## Where it holds", "", *note, per_shape_markdown(rows_of(captured, held)), ""]
 
 
 def _confirmation_lines(found: Confirmed | None) -> list[str]:
@@ -387,6 +451,9 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
             "dropped": list(outcome.confirmation.dropped),
         } if outcome.confirmation else None,
         "near_miss": outcome.near_miss,
+        "held_out": evaluation_json(task.kernel_name, outcome.held_out)
+        if outcome.held_out else None,
+        "held_out_note": outcome.held_out_note or None,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),

@@ -113,7 +113,8 @@ def _sole_declaration(scope: sx.Node, name: str, gone: list[sx.Node],
                       containers: tuple[str, ...]) -> sx.Node | None:
     """The declaration of `name` directly in one of `containers` under `scope`, when it is
     the only use of `name` left there."""
-    uses = [n for n in sx.walk(scope) if n.type == "identifier" and sx.text(n) == name
+    uses = [n for n in sx.walk(scope) if n.type in ("identifier", "type_identifier")
+            and sx.text(n) == name
             and not any(g.start_byte <= n.start_byte < g.end_byte for g in gone)]
     if len(uses) != 1:
         return None

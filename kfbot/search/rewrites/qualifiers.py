@@ -7,11 +7,13 @@ device functions that only it calls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kfbot.evaluate.scope import definitions, in_scope
 from kfbot.search.rewrites import syntax as sx
 from kfbot.search.rewrites.syntax import Target
+
+SourceRewriteFn = Callable[[str, Target], "str | None"]
 
 
 def restrict_pointers(source: str, target: Target) -> str | None:
@@ -71,12 +73,39 @@ def launch_bounds(source: str, target: Target) -> str | None:
     for fn in sx.kernels_named(root, target.kernel):
         if any(c.type == "launch_bounds" for c in fn.children):
             continue
-        size = sx.uniform_block(root, sx.fn_name(fn))
+        sizes = sx.block_values(root, sx.fn_name(fn))
         decl = sx.field(fn, "declarator")
-        if size is None or decl is None:
+        if not sizes or max(sizes) > 1024 or decl is None:
             continue
-        edits.append((decl.start_byte, decl.start_byte, f"__launch_bounds__({size}) ".encode()))
+        edits.append((decl.start_byte, decl.start_byte,
+                      f"__launch_bounds__({max(sizes)}) ".encode()))
     return sx.spliced(src, edits)
+
+
+def occupancy(min_blocks: int) -> SourceRewriteFn:
+    """`__launch_bounds__(B, min_blocks)`: B the largest block the launches use (or the
+    kernel's own bound), asking nvcc to fit `min_blocks` blocks on a multiprocessor by
+    capping registers. One candidate per step of the sweep (rules/rewrites.yaml)."""
+    def rewrite(source: str, target: Target) -> str | None:
+        src = source.encode()
+        root = sx.parse(source)
+        edits: list[sx.Edit] = []
+        for fn in sx.kernels_named(root, target.kernel):
+            bounds = next((c for c in fn.children if c.type == "launch_bounds"), None)
+            sizes = sx.block_values(root, sx.fn_name(fn))
+            args = sx.named(sx.field(bounds, "arguments") or bounds) if bounds else []
+            if bounds is not None and len(args) == 1:
+                edits.append((bounds.start_byte, bounds.end_byte,
+                              f"__launch_bounds__({sx.text(args[0])}, {min_blocks})".encode()))
+            elif bounds is None and sizes and max(sizes) * min_blocks <= 2048:
+                decl = sx.field(fn, "declarator")
+                if decl is not None:
+                    edits.append((decl.start_byte, decl.start_byte,
+                                  f"__launch_bounds__({max(sizes)}, {min_blocks}) ".encode()))
+        return sx.spliced(src, edits)
+
+    rewrite.__name__ = f"occupancy_{min_blocks}"
+    return rewrite
 
 
 # --- 3. unroll-constant-loops ----------------------------------------------------------------

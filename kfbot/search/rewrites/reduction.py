@@ -1,7 +1,8 @@
 """warp-shuffle-reduction: the last warp of a shared-memory tree reduction in registers.
 
-Only the target kernel changes; its launches (all in the same file) must use one
-constant power-of-two block of whole warps.
+Only the target kernel changes (with its helpers inlined when the tree sits in one);
+its launches (all in the same file) must use power-of-two blocks of whole warps: a
+constant, or a conditional in the launcher between such constants.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def warp_shuffle_reduction(source: str, target: Target) -> str | None:
     root = sx.parse(source)
     edits: list[sx.Edit] = []
     for fn in sx.kernels_named(root, target.kernel):
-        size = sx.uniform_block(root, sx.fn_name(fn))
-        if size is None or size < 32 or size & (size - 1):
-            continue  # needs a power-of-two block of whole warps, known from every launch
+        sizes = sx.block_values(root, sx.fn_name(fn))
+        if not sizes or any(size < 32 or size & (size - 1) for size in sizes):
+            continue  # needs power-of-two blocks of whole warps, known from every launch
         for loop in sx.walk(fn):
             if loop.type == "for_statement":
                 edit = _reduction(src, fn, loop)

@@ -12,8 +12,15 @@ from collections.abc import Callable, Mapping
 
 from kfbot.search.rewrites.elementwise import grid_stride_loop, vectorize_float4
 from kfbot.search.rewrites.fastmath import fast_math_flags, fast_math_intrinsics
+from kfbot.search.rewrites.inline import inline_helpers
 from kfbot.search.rewrites.matmul import register_tiling, register_tiling_large
-from kfbot.search.rewrites.qualifiers import launch_bounds, restrict_pointers, unroll_constant_loops
+from kfbot.search.rewrites.online import online_softmax
+from kfbot.search.rewrites.qualifiers import (
+    launch_bounds,
+    occupancy,
+    restrict_pointers,
+    unroll_constant_loops,
+)
 from kfbot.search.rewrites.reduction import warp_shuffle_reduction
 from kfbot.search.rewrites.rows import block_per_row, row_map_per_block, warp_per_row
 from kfbot.search.rewrites.syntax import Target
@@ -22,9 +29,28 @@ from kfbot.search.rewrites.transpose import tiled_transpose
 SourceRewrite = Callable[[str, Target], "str | None"]
 ParamRewrite = Callable[[Mapping[str, str], Mapping[str, str]], "dict[str, str] | None"]
 
-SOURCE_REWRITES: dict[str, SourceRewrite] = {
+
+
+def through_helpers(fn: SourceRewrite) -> SourceRewrite:
+    """`fn` on the kernel with its helper device functions inlined (see `inline.py`),
+    else on the kernel as written. Inlined first: a row kernel whose statistics come
+    from helpers also has the shape as written, with each split thread running the
+    helper's whole loop alone."""
+    def rewrite(source: str, target: Target) -> str | None:
+        inlined = inline_helpers(source, target.kernel)
+        found = fn(inlined.source, target) if inlined is not None else None
+        return found if found is not None else fn(source, target)
+
+    rewrite.__name__ = getattr(fn, "__name__", "rewrite")
+    rewrite.__doc__ = fn.__doc__
+    return rewrite
+
+
+AS_WRITTEN: dict[str, SourceRewrite] = {
     "restrict_pointers": restrict_pointers,
     "launch_bounds": launch_bounds,
+    "occupancy_2": occupancy(2),
+    "occupancy_4": occupancy(4),
     "unroll_constant_loops": unroll_constant_loops,
     "grid_stride_loop": grid_stride_loop,
     "vectorize_float4": vectorize_float4,
@@ -36,7 +62,15 @@ SOURCE_REWRITES: dict[str, SourceRewrite] = {
     "register_tiling": register_tiling,
     "register_tiling_large": register_tiling_large,
     "tiled_transpose": tiled_transpose,
+    "online_softmax": online_softmax,
 }
+# Every rewrite sees the kernel through its helpers; the qualifier ones change only the
+# kernel's own text, which inlining would rewrite for nothing.
+OWN_TEXT = frozenset({"restrict_pointers", "launch_bounds", "unroll_constant_loops",
+                      "occupancy_2", "occupancy_4",
+                       "fast_math_intrinsics"})
+SOURCE_REWRITES: dict[str, SourceRewrite] = {
+    name: fn if name in OWN_TEXT else through_helpers(fn) for name, fn in AS_WRITTEN.items()}
 PARAM_REWRITES: dict[str, ParamRewrite] = {
     "fast_math_flags": fast_math_flags,
 }

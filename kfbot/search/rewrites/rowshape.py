@@ -101,6 +101,35 @@ def row_kernel(fn: sx.Node) -> RowKernel | None:
                      tuple(writes))
 
 
+def why_not_row_kernel(fn: sx.Node) -> str:
+    """Why `row_kernel(fn)` is None, in words (the first check that fails)."""
+    body = sx.field(fn, "body")
+    if body is None:
+        return "it has no body"
+    if not _plain(fn):
+        return ("it synchronises, shuffles, uses atomics or shared memory, or loops with "
+                "while/do/switch: not one thread per row")
+    stmts = sx.named(body)
+    at = next((i for i, s in enumerate(stmts) if _row_declaration(s) is not None), None)
+    if at is None:
+        return "no `row = blockIdx.x * blockDim.x + threadIdx.x` declaration"
+    found = _row_declaration(stmts[at])
+    assert found is not None
+    guard = _guard(stmts[at + 1:], found[0])
+    if guard is None:
+        return (f"no `if ({found[0]} >= R) return;` or final `if ({found[0]} < R) {{...}}` "
+                "right after the row index")
+    for stmt in (*stmts[:at], *guard[1]):
+        line = stmt.start_point[0] + 1
+        if stmt.type == "for_statement" and column_loop(stmt) is None:
+            return (f"the loop at line {line} is not a loop over a row's columns with "
+                    "sum/max/min accumulators and writes at j plus an offset")
+        if stmt.type != "for_statement" and not _scalar_statement(stmt, []):
+            return (f"the statement at line {line} is neither a declaration nor an "
+                    "assignment, or reads the thread index")
+    return "no loop over the row's columns"
+
+
 def _plain(fn: sx.Node) -> bool:
     """No barrier, shuffle, atomic or shared memory anywhere in the kernel."""
     for node in sx.walk(fn):

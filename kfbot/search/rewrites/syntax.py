@@ -196,6 +196,30 @@ def uniform_block(root: Node, name: str) -> int | None:
     return size if size is not None and 1 <= size <= 1024 else None
 
 
+def block_values(root: Node, name: str) -> set[int] | None:
+    """Every block size the launches of `name` in the file can use: a constant, or each
+    branch of a conditional in the launcher (`cols >= 1024 ? 1024 : 256`); None when a
+    launch's block is anything else."""
+    consts = constants(root)
+    out: set[int] = set()
+    found = launches(root, name)
+    for launch in found:
+        args = named(launch)
+        if len(args) < 2:
+            return None
+        block = strip(args[1])
+        if block.type == "identifier" and value(block, consts) is None:
+            block = strip(local_init(launch, text(block)) or block)
+        if block.type == "conditional_expression":
+            sides = [value(strip(field(block, k)), consts) for k in ("consequence", "alternative")]
+        else:
+            sides = [value(block, consts)]
+        if any(v is None for v in sides):
+            return None
+        out |= {v for v in sides if v is not None}
+    return out if found else None
+
+
 def launch_arguments(launch: Node, kernel: Node) -> dict[str, Node] | None:
     """The launch's argument for each parameter of `kernel`, by parameter name; None when
     the counts differ (default arguments, a variadic kernel)."""
