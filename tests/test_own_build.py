@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kfbot.evaluate.baseline import own_build_step
-from kfbot.evaluate.build.own import OwnBuilder, own_recipe
+from kfbot.evaluate.build.own import OwnBuild, OwnBuilder, own_recipe
 from kfbot.evaluate.build.symbols import holders, library_symbols, parse_symbol
-from kfbot.evaluate.repository_build import own_original
+from kfbot.evaluate.repository_build import own_original, registrations
 from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.scan.model import BuildRecipe, KernelDef
 
@@ -258,3 +258,27 @@ def test_only_the_most_recent_builds_are_kept(tmp_path: Path) -> None:
     kept = {p.parent.name for p in (tmp_path / "cache").glob("*/result.json")}
     assert kept == set(keys[-4:])
     assert not (tmp_path / "cache" / keys[0] / "original").exists()
+
+
+def test_a_candidate_library_registers_its_ops_under_its_own_namespace(tmp_path: Path) -> None:
+    """Two libraries, an op each, registered the older way: a candidate of the first
+    renames that op's registration (so it loads beside the original), and leaves the
+    second library's files alone (they are not compiled again)."""
+    tree = tmp_path / "original"
+    (tree / "csrc").mkdir(parents=True)
+    scale = ('#include "rowlib.h"\nstatic auto registry = torch::RegisterOperators()'
+             '.op("rowlib::row_scale", &row_scale);\n')
+    shift = scale.replace("scale", "shift")
+    (tree / "csrc" / "row_scale.cpp").write_text(scale)
+    (tree / "csrc" / "row_shift.cpp").write_text(shift)
+    library = tree / "rowlib" / "_row_scale.so"
+    library.parent.mkdir()
+    library.write_bytes(b"\0ELF...\0rowlib::row_scale\0...")  # its registration string
+    build = OwnBuild(own_recipe("setup.py"), "k", tmp_path / "workshop", tree,
+                     ("rowlib/_row_scale.so",), True, "built", "", 1.0)
+    regs = registrations(build, library)
+    assert sorted(regs.texts) == ["csrc/row_scale.cpp"] and regs.owned == {"rowlib"}
+    files, names = regs.renamed({"csrc/cuda/row_scale_cuda.cu": "// faster\n"}, "abc123")
+    assert names == {"rowlib": "rowlib_kfabc123"}
+    assert '.op("rowlib_kfabc123::row_scale", &row_scale)' in files["csrc/row_scale.cpp"]
+    assert sorted(files) == ["csrc/cuda/row_scale_cuda.cu", "csrc/row_scale.cpp"]

@@ -6,7 +6,7 @@ recompiles only its own objects (torch's ninja build) and loads beside the origi
 under its own op namespace. `subfolder_setup` has a setup.py per folder next to a
 `load()` fallback and a check script with no `__main__` guard.
 
-    pytest -m gpu tests/test_repository_builds_gpu.py -v    # ~3 minutes, most of it builds
+    pytest -m gpu tests/test_repository_builds_gpu.py -v    # ~3-4 minutes, most of it builds
 """
 
 from __future__ import annotations
@@ -87,25 +87,19 @@ def test_the_original_passes_with_a_setup_py_per_folder(cache: Path, kernel: str
 
 
 def test_a_candidate_is_rebuilt_the_repositorys_way(cache: Path) -> None:
-    """A candidate that changes the scale kernel: the workshop recompiles its object
-    only, the library loads beside the original under rowlib_kf<tag>, and a wrong one
-    is caught by the reference."""
+    """A candidate that breaks the scale kernel: the workshop recompiles its .cu (and the
+    .cpp whose registration it renames), the library loads beside the original under
+    rowlib_kf<tag>, and the reference catches it; were the original's library loaded
+    instead, it would pass."""
     task = _task("library_loop", "row_scale_kernel")
     source = (FIXTURES / "library_loop" / "csrc/cuda/row_scale_cuda.cu").read_text()
-    strided = source.replace(
-        "  if (i < n) out[i] = x[i] * static_cast<scalar_t>(alpha);",
-        "  for (; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n"
-        "    out[i] = x[i] * static_cast<scalar_t>(alpha);\n  }")
     wrong = source.replace("x[i] * static_cast<scalar_t>(alpha)",
                            "x[i] * static_cast<scalar_t>(alpha) + (i == 7)")
-    assert strided != source and wrong != source
+    assert wrong != source
     with Engine(task, _settings(cache)) as engine:
         assert engine.baseline().ok
-        good = engine.evaluate(Candidate(files={"csrc/cuda/row_scale_cuda.cu": strided}),
-                               bench=False)
         bad = engine.evaluate(Candidate(files={"csrc/cuda/row_scale_cuda.cu": wrong}),
                               bench=False)
-    assert good.ok, good.reason
     assert not bad.ok and bad.stage in ("correctness", "anticheat"), bad.reason
 
 

@@ -130,8 +130,9 @@ class Preparation:
         own = self.own_built
         if own is None:
             return None
-        if self._registrations is None:
-            self._registrations = registrations(own.build)
+        if self._registrations is None and own.artifact is not None:
+            self._registrations = registrations(own.build, own.artifact)
+        assert self._registrations is not None  # an own build that is ok has its library
         return own_candidate(own, self.own, self._registrations, request)
 
     def staged(self) -> tuple[StagedModule, ...]:

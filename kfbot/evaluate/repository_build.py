@@ -163,6 +163,7 @@ def fallback_recipe(recipe: BuildRecipe) -> OwnRecipe | None:
 
 _SOURCES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".inl")
 _REGISTRY = re.compile(r"RegisterOperators\s*\(\s*\)[^;]*?\.op\s*\(\s*\"(\w+)::")
+_REGISTERED = re.compile(r"\.op\s*\(\s*\"(\w+)::(\w+)")
 
 
 @dataclass(frozen=True)
@@ -190,16 +191,22 @@ class Registrations:
         return out, names
 
 
-def registrations(build: OwnBuild) -> Registrations:
-    """The registrations of the tree the repository's own build compiled."""
+def registrations(build: OwnBuild, library: Path) -> Registrations:
+    """The registrations of the tree the repository's own build compiled that the
+    candidate's `library` needs renamed: every `TORCH_LIBRARY*` block (which library
+    holds one cannot be told from outside), and the `RegisterOperators` files whose op
+    names `library` holds (an op per library, as some libraries build: the other
+    libraries' files are left as they are, so they are not compiled again)."""
     texts: dict[str, str] = {}
     folder = build.original / build.recipe.folder
+    data = library.read_bytes() if library.is_file() else b""
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(build.original).as_posix()
         if not rel.endswith(_SOURCES) or not path.is_file() or "/build/" in f"/{rel}":
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
-        if "TORCH_LIBRARY" in text or "RegisterOperators" in text:
+        if "TORCH_LIBRARY" in text or ("RegisterOperators" in text and any(
+                f"{ns}::{op}".encode() in data for ns, op in _REGISTERED.findall(text))):
             texts[rel] = text
     alias = aliases(texts.values(), {})
     owned = owned_namespaces(texts.values(), alias) | {
