@@ -364,9 +364,10 @@ class Engine:
         cached = load_cached(path)
         if cached is not None:
             return cached
-        gate = check_adequacy(self.task.root, self.task.test_targets, self.prep.op_ref(),
+        tree, env = self.prep.test_tree()
+        gate = check_adequacy(tree, self.task.test_targets, self.prep.op_ref(),
                               timeout_s=self.settings.capture_timeout_s,
-                              staged=self.prep.staged())
+                              staged=self.prep.staged(), extra_env=env)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
