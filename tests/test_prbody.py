@@ -101,7 +101,8 @@ def test_the_body_reads_top_down_with_the_marker_on_line_two() -> None:
            "(accepts constant)." in body
     assert "| gpu | NVIDIA H100 |\n| driver | 550.54.15 |\n| cuda | 12.4 |\n| torch | 2.5.1 |" \
         in body
-    assert "```mermaid\nxychart-beta" in body and "<details><summary>Search history" in body
+    assert "```mermaid\n%%{init: " in body and "\nxychart-beta\n" in body
+    assert "<details><summary>Search history" in body
     assert "- warp shuffles (llm, NVIDIA H100): 1.840x faster" in body
     assert "kfbot verify softmax_kernel --candidate kfbot.patch --finalist" in body
     assert "What changed since the last run" not in body
@@ -148,3 +149,25 @@ def test_markers_round_trip_and_match_on_their_fields() -> None:
     assert find_status_marker(text, pr=13) is None
     assert make_marker("status", pr=1, command="scan") == "<!-- kfbot:status pr=1 command=scan -->"
     assert find_marker("<!-- kfbot:pr kernel=k -->", "status") is None
+
+
+def test_findings_about_the_original_have_their_own_lines() -> None:
+    from kfbot.evaluate.contract import Trial, Verdict
+    from kfbot.evaluate.report import to_markdown
+    from kfbot.evaluate.signature import CallSignature, TensorSpec
+
+    spec = TensorSpec((16, 12), "float32", (12, 1), True, "cuda")
+    trial = Trial("edge", "edge (16, 12) float32", CallSignature("ext.op", (spec,)))
+    about = Verdict(trial, "wrong", "reference's: 48 of 192 elements wrong (last_cols)").finding()
+    assert about is not None
+    cheat = Finding("size-literal", "runtime", "warn", "compares a size with 4096")
+    ev = _evaluation(findings=(cheat, about))
+    body = render(_report(evaluation=ev), make_marker("pr", kernel=KERNEL))
+    assert "- Anti-cheating findings (static rules, runtime probes, timers, physics floor): " \
+           "1 finding:" in body
+    assert ("- Findings about the original (1 input kfbot added, left out of the contract: "
+            "the candidate was not checked on them):\n  - the original is wrong at edge "
+            "(16, 12) float32: reference's: 48 of 192 elements wrong (last_cols)") in body
+    text = to_markdown("op", ev)
+    assert "About the original (inputs left out of the contract):\n\n- the original is wrong" \
+           in text

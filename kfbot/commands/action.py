@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from github.Repository import Repository
 
-from kfbot import credentials
+from kfbot import credentials, git
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
 from kfbot.commands.progress import build_heartbeat, log_group
@@ -37,22 +37,31 @@ from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.worker import WorkerSession
 from kfbot.github import action_io
-from kfbot.github.action_io import ActionInputs, Annotation, Level, Redactor, Result
+from kfbot.github.action_io import ActionInputs, Annotation, Level, Result
 from kfbot.github.api import DEFAULT_RETRY, call, connect, repository
 from kfbot.github.authorize import Head, policy_on_default_branch
-from kfbot.github.comments import Command, Settings, handle_comment, ignored_because
+from kfbot.github.comments import (
+    Command,
+    Settings,
+    answer_handed,
+    handle_comment,
+    ignored_because,
+)
 from kfbot.github.events import CommentEvent, PullRequestEvent, load_event
+from kfbot.github.handoff import Recorder
 from kfbot.github.prbody import run_url
-from kfbot.github.status import StatusComment
+from kfbot.github.redaction import Redactor, redacted_streams
+from kfbot.github.status import StatusComment, StatusSink
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.text import printable
+from kfbot.text import printable, utf8_safe
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from kfbot.github.publish import Winner
     from kfbot.search.llm import LlmMutator
     from kfbot.search.runner import OptimizeOutcome, OptimizeSettings
 
@@ -92,10 +101,16 @@ class Action:
         names += ["GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY"]
         self.redact = Redactor(env.get(name, "").strip() for name in names)
         self.report_path = _report_dir(env) / "kfbot-report.md"
+        self.recorder: Recorder | None = None  # the two-job split: what goes to the artifact
+        self.head: str | None = None  # the commit checked out when kfbot started
 
     def run(self) -> int:
         for line in self.redact.mask_commands():
             print(line, flush=True)
+        with redacted_streams(self.redact):
+            return self._run()
+
+    def _run(self) -> int:
         try:
             result = self._result()
         except KfbotError as exc:
@@ -116,8 +131,19 @@ class Action:
             self.env.get("ANTHROPIC_API_KEY", "").strip()))
         _keep_secrets_from_subprocesses()
         ctx = Context.from_env(self.env, inputs, self.redact, self.root)
+        if inputs.command == "publish":
+            from kfbot.commands.publish import publish_mode  # it uses this module's Context
+
+            return publish_mode(ctx)
+        if inputs.artifact:  # before anything of the checkout runs
+            self.head = git.commit_of(ctx.root, "HEAD") if ctx.root.is_dir() else None
+            self.recorder = Recorder(Path(inputs.artifact))
+            ctx = dataclasses.replace(ctx, recorder=self.recorder)
         event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
         mode = _mode(inputs.command, ctx.event_name)
+        if mode == "authorize" and self.recorder is not None:
+            raise KfbotError("action input 'artifact': an authorize job writes to GitHub "
+                             "itself; give the artifact folder to the GPU job")
         log.info("event %s, command %s: %s", ctx.event_name, inputs.command, mode)
         if mode in ("comment", "authorize") and isinstance(event, CommentEvent):
             return comment_mode(ctx, event, authorize_only=mode == "authorize")
@@ -132,13 +158,19 @@ class Action:
     def _emit(self, result: Result) -> None:
         for note in result.annotations:
             print(self.redact(note.command()), flush=True)
-        markdown = self.redact(f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n")
+        markdown = utf8_safe(self.redact(
+            f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n"))
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
         self.report_path.write_text(markdown, encoding="utf-8")
         action_io.write_summary(_path(self.env, "GITHUB_STEP_SUMMARY"), markdown,
                                 str(self.report_path))
         outputs = {k: self.redact(v) for k, v in result.outputs(str(self.report_path)).items()}
         action_io.write_outputs(_path(self.env, "GITHUB_OUTPUT"), outputs)
+        if self.recorder is not None:
+            self.recorder.finish(self.env.get("GITHUB_REPOSITORY", ""),
+                                 self.env.get("GITHUB_EVENT_NAME", ""),
+                                 self.env.get("GITHUB_RUN_ID", ""), self.head, result,
+                                 self.redact)
         stream = sys.stdout if result.exit_code == EXIT_OK else sys.stderr
         print(printable(self.redact(f"kfbot: {result.headline}")), file=stream, flush=True)
 
@@ -196,6 +228,7 @@ class Context:
     event_path: Path
     repository: str
     root: Path
+    recorder: Recorder | None = None  # set: write nothing to GitHub, hand it over instead
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], inputs: ActionInputs, redact: Redactor,
@@ -251,6 +284,13 @@ class Context:
                      DEFAULT_RETRY)
         return StatusComment(issue, key, self.redact, DEFAULT_RETRY)
 
+    def status_sink(self, number: int, key: str) -> StatusSink:
+        """The pull request's status comment, or, in a job that hands its run over, the
+        handoff (the publish job posts it)."""
+        if self.recorder is not None:
+            return self.recorder
+        return self.status(self.github(), number, key)
+
 
 # ---- scan --------------------------------------------------------------------------------
 
@@ -276,6 +316,13 @@ def problem_annotations(report: ScanReport, only: set[str] | None = None
 
 
 def comment_mode(ctx: Context, event: CommentEvent, authorize_only: bool = False) -> Result:
+    if ctx.recorder is not None:  # no token to write with: the publish job posts
+        settings = Settings(ctx.root, GithubConfig, ctx.redact, ctx.run_url())
+        result, report = answer_handed(event, ctx.inputs.head_sha or None, _Work(ctx),
+                                       settings)
+        if report is not None:
+            ctx.recorder.show(report)
+        return result
     why = ignored_because(event)
     if why is not None:  # before any request: edits and bots need no token
         return Result(f"nothing to do: {why}")
@@ -485,6 +532,8 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
         return Result(f"{found}, not published: the reproduction failed: {exc}", report,
                       best_speedup=best.speedup)
     winner = winner_of(task, outcome, settings.islands, lessons, reproduction)
+    if ctx.recorder is not None:
+        return _hand_over(ctx.recorder, task, winner, run_dir, found, report)
     read, write = ctx.intervals()
     try:
         if before_publish is not None:
@@ -501,3 +550,16 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                   best_speedup=best.speedup,
                   annotations=tuple(Annotation("warning", w, title="kfbot")
                                     for w in published.warnings))
+
+
+def _hand_over(recorder: Recorder, task: KernelTask, winner: Winner, run_dir: Path,
+               found: str, report: str) -> Result:
+    """The winner into the handoff: the publish job re-checks it and opens the PR."""
+    from kfbot.github.handoff import publication_of
+    from kfbot.search.runfolder import read_record
+
+    request = read_record(run_dir).request
+    recorder.add(publication_of(winner, request.commit, request.prefix, task.editable_files,
+                                request.patch), request.patch, run_dir)
+    return Result(f"{found}, verified and reproduced; the publish job opens the pull request",
+                  report, best_speedup=winner.evaluation.speedup)

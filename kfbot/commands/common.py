@@ -9,6 +9,7 @@ from pathlib import Path
 from kfbot import extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
 from kfbot.errors import KfbotError
@@ -34,6 +35,7 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", type=int, default=None, metavar="N",
                    help="GPU index (default: the first)")
     add_format_arguments(p, "print the results as JSON")
+    add_observe_arguments(p)
 
 
 class Unready(KfbotError):
@@ -52,6 +54,9 @@ def kernel_task(args: argparse.Namespace) -> KernelTask:
     config = load_config(args.config, root)
     report = scan(root, config)
     kernel = select_kernel(report.kernels, args.kernel)
+    make = wanted(args.observe, [kernel], root)
+    report = observed(root, report, make, args.file_timeout, confirm=[kernel.id])
+    kernel = select_kernel(report.kernels, kernel.id)
     try:
         task = make_task(kernel, root, config, report.kernels)
     except TaskError as exc:

@@ -15,6 +15,7 @@ from rich.console import Console
 from kfbot import credentials, extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_repo_arguments, duration_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
@@ -27,7 +28,7 @@ from kfbot.evaluate.task import KernelTask, TaskError, make_task
 from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.budget import Budget, Limits
+from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
@@ -75,6 +76,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--build-cpus", type=int, default=0, metavar="N",
                    help="with --executor ray: build as Ray tasks of N CPUs and no GPU, which "
                         "may run on CPU-only nodes (default 0: each GPU actor builds)")
+    add_observe_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
     pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
@@ -97,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
     root = args.repo.resolve()
     config = load_config(args.config, root)
     scanned = scan(root, config)
+    named = [select_kernel(scanned.kernels, args.kernel)] if args.kernel else scanned.kernels
+    make = wanted(args.observe, named, root)
+    scanned = observed(root, scanned, make, args.file_timeout,
+                       confirm=[k.id for k in named] if args.kernel else None)
     kernels = scanned.kernels
     chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
         [k for k in kernels if k.references]
@@ -159,7 +165,8 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             settings: OptimizeSettings, args: argparse.Namespace, console: Console,
             gpus: list[int]) -> int:
-    console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
+    console.print(f"stopped: {outcome.result.stopped or 'finished'}; "
+                  f"{spent_words(outcome.spent)}", highlight=False)
     code = _result(outcome, run_dir, console)
     if code == EXIT_OK and (args.publish or args.publish_dry_run):
         code = _publish(task, outcome, settings, args, gpus, console)

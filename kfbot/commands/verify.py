@@ -17,8 +17,11 @@ from kfbot.commands.common import (
 )
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate import report
+from kfbot.evaluate.baseline import skipped
+from kfbot.evaluate.environment import environment_step
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.steps import StepReport, first_failure
+from kfbot.evaluate.steps import StepName, StepReport, first_failure
+from kfbot.evaluate.task import KernelTask
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,10 +32,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "(zeros, constant, passthrough, uninitialized, half precision) to see "
                         "whether it can be trusted as a judge")
     p.add_argument("--explain", action="store_true",
-                   help="print each step of the original's baseline (pair, build, import, "
-                        "capture, reference, comparison) with its outcome, its evidence and "
-                        "the kfbot.yaml that would fix a failed one; the steps before the "
-                        "comparison need no GPU")
+                   help="print each step of the original's baseline (environment, pair, "
+                        "build, import, capture, reference, comparison) with its outcome, its "
+                        "evidence and the kfbot.yaml that would fix a failed one; the "
+                        "environment (CUDA torch, driver, nvcc, pytest, the tests' imports) "
+                        "is checked first, before any build")
     p.add_argument("--finalist", action="store_true",
                    help="also rebuild a copy of the repository with the candidate its own way "
                         "and run its reference tests (slow)")
@@ -43,12 +47,14 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=args.format != "table")
     try:
         task = kernel_task(args)
-    except Unready as unready:
+    except Unready as unready:  # no build or binding found: known without this machine
         if not args.explain:
             raise
         report.print_steps(unready.steps, console)
         return unready.exit_code
     candidate = candidate_of(args, task)
+    if args.explain and not _environment(task, console):
+        return EXIT_FAILURE  # nothing after it could get through: said in a second
     with make_engine(task, args.gpu) as engine:
         if args.explain:
             before = engine.prepare_baseline()
@@ -86,6 +92,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _not_compared(why: str) -> StepReport:
     return StepReport("comparison", "skipped", f"not run: {why}")
+
+
+def _environment(task: KernelTask, console: Console) -> bool:
+    """The cheap checks first (CUDA torch, driver, nvcc, pytest, the tests' imports),
+    before a build that takes a minute; False when one failed."""
+    step = environment_step(task)
+    report.print_steps([step], console)
+    if step.failed:
+        later: tuple[StepName, ...] = ("pair", "build", "import", "capture", "reference",
+                                       "comparison")
+        report.print_steps(skipped("environment", later), console)
+    return not step.failed
 
 
 def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console,

@@ -35,6 +35,17 @@ EVIDENCE_LINES = 15
 
 
 def pair_step(task: KernelTask) -> StepReport:
+    step = _pair_step(task)
+    if not task.observed:
+        return step
+    checks = sum(": checks it:" in line for line in task.observed)
+    seen = f"; observed on a GPU: {_count(len(task.observed), 'test')} launch it, " \
+           f"{checks} of them check it (a mutant that writes nothing fails them)"
+    return replace(step, summary=step.summary + seen,
+                   evidence="\n".join(filter(None, (step.evidence, *task.observed))))
+
+
+def _pair_step(task: KernelTask) -> StepReport:
     if task.test_targets or task.script_targets:
         return StepReport("pair", "ok", runs_summary(task.test_targets, task.script_targets))
     if task.declared_shapes or task.inputs_ref:
@@ -153,17 +164,20 @@ def _import_suggestion(task: KernelTask) -> str:
 
 def _capture_step(task: KernelTask, result: CaptureResult) -> StepReport:
     runs = "; ".join(r.line() for r in result.runs)
+    twins = "".join(f"; {s.line()}" for s in result.skipped)
     if not result.signatures:
         why = result.errors[0] if result.errors else "the op was never called"
-        return _no_signatures(task, f"{why} ({runs})", _last_run_lines(result.runs))
+        return _no_signatures(task, f"{why} ({runs}{twins})", _last_run_lines(result.runs))
     found = f"{_count(len(result.signatures), 'call signature')} from " \
-            f"{_count(result.calls, 'call')} ({runs})"
-    failing = next((r for r in result.runs if not r.ran.ok), None)
-    if failing is None:
+            f"{_count(result.calls, 'call')} ({runs}{twins})"
+    failing = [r for r in result.runs if not r.ok]
+    if not failing:
         return StepReport("capture", "ok", found)
+    stopped = ", ".join(f"{r.kind} {r.target}" for r in failing)
+    evidence = "\n".join(f"{r.kind} {r.target}: {r.problem or r.ran.how()}\n"
+                         f"{last_lines(r.ran.tail, EVIDENCE_LINES)}" for r in failing)
     return StepReport("capture", "warning", f"{found}; kept what was recorded before "
-                      f"{failing.kind} {failing.target} stopped",
-                      last_lines(failing.ran.tail, EVIDENCE_LINES))
+                      f"{stopped} stopped", evidence)
 
 
 def _no_signatures(task: KernelTask, why: str, evidence: str) -> StepReport:
@@ -176,7 +190,7 @@ def _no_signatures(task: KernelTask, why: str, evidence: str) -> StepReport:
 
 
 def _last_run_lines(runs: Sequence[ProcessRun]) -> str:
-    failing = next((r for r in runs if not r.ran.ok), runs[-1] if runs else None)
+    failing = next((r for r in runs if not r.ok), runs[-1] if runs else None)
     return last_lines(failing.ran.tail, EVIDENCE_LINES) if failing is not None else ""
 
 

@@ -44,6 +44,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -111,6 +112,8 @@ class Capture:
         self._outer = {ref.text: ref for ref in request.outer if ref.kind == "callable"}
         self._frames = threading.local()  # the wrapper calls under way, in this thread
         self.dirty = False
+        # Entered around each call of an op (the observer's profiler range and poison).
+        self.around: Callable[[str, Sequence[object]], AbstractContextManager[None]] | None = None
 
     # --- installing -------------------------------------------------------------------
 
@@ -341,8 +344,10 @@ class Capture:
     ) -> object:
         """Call `original` exactly as asked, recording the call if it returns."""
         described = self._describe_call(op, args, kwargs)
+        around = self.around(op, args) if self.around is not None else contextlib.nullcontext()
         try:
-            result = original(*args, **kwargs)
+            with around:
+                result = original(*args, **kwargs)
         except BaseException:
             with self._lock:
                 self._raised[op] += 1

@@ -31,9 +31,20 @@ from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.build.own import OwnBuilder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.contract import (
+    Contract,
+    Trial,
+    admitted,
+    lenient_findings,
+    size_trials,
+    standard_trials,
+    unverified_sizes,
+    with_contract,
+)
 from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
@@ -43,7 +54,6 @@ from kfbot.evaluate.evaluation import (
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
-from kfbot.evaluate.inputs import COMPARED_SIZE
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
@@ -54,11 +64,10 @@ from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs
 from kfbot.evaluate.task import KernelTask
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
-from kfbot.scan.python_facts import extract_python_facts
-from kfbot.text import read_source
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
+CONTRACT_JOB = "kfbot.evaluate.device.contract:try_on_original"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -108,6 +117,9 @@ class Engine:
         # kernels share with the task's; by candidate, the kernels it must pass for.
         self.neighbours = Neighbours(task.neighbours, self._neighbour)
         self._shared: dict[str, tuple[str, ...]] = {}
+        # What the original did on each input kfbot added (`evaluate.contract`).
+        self._contract = Contract()
+        self._contract_seed = secrets.randbits(48)
 
     def __enter__(self) -> Engine:
         return self
@@ -169,23 +181,7 @@ class Engine:
         )
 
     def _inline(self, candidate: Candidate) -> tuple[InlineSource, ...]:
-        recipe = self.task.build
-        if recipe.kind != "load_inline":
-            return ()
-        text = candidate.files.get(recipe.file)
-        if text is None:
-            text = read_source(self.task.root / recipe.file, recipe.file)
-        facts = extract_python_facts(recipe.file, text.encode())
-        return tuple(
-            self._inline_text(s, candidate) for s in facts.inline_sources if s.build == recipe.name
-        )
-
-    def _inline_text(self, source: InlineSource, candidate: Candidate) -> InlineSource:
-        if source.text is not None or source.path is None:
-            return source
-        text = candidate.files.get(source.path) or read_source(self.task.root / source.path,
-                                                               source.path)
-        return InlineSource(source.build, source.language, text, 0, source.path)
+        return inline_sources(self.task.root, self.task.build, candidate.files)
 
     def original(self) -> BuildResult:
         """The original's build: kfbot's own, or the repository's setup.py build when
@@ -250,7 +246,38 @@ class Engine:
         if failure is not None:
             return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
         result = self._run(ORIGINAL, None, bench=False)
+        if result.ok:  # only an original that passes its own calls defines the contract
+            return with_contract(result, steps, comparison_step(result), self.contract())
         return replace(result, steps=(*steps, comparison_step(result)))
+
+    # --- the contract ----------------------------------------------------------------
+
+    def contract(self) -> Contract:
+        """The original on the inputs every candidate is checked on besides the
+        captured calls (edge, scaled and large shapes)."""
+        return self.admit(standard_trials(self.signatures(), self.task.block))
+
+    def admit(self, trials: Sequence[Trial]) -> Contract:
+        """Each trial tried on the original once (per engine): the verdicts on `trials`."""
+        def run(todo: Sequence[Trial]) -> JobResult:
+            return self.session.call(CONTRACT_JOB, self._contract_payload(todo),
+                                     timeout_s=self.settings.job_timeout_s)
+
+        self._contract = admitted(self._contract, trials, run)
+        return self._contract.of(trials)
+
+    def _contract_payload(self, trials: Sequence[Trial]) -> dict[str, Any]:
+        return {"op": self.task.op.to_json(), "original": _artifact(self.original()),
+                "references": [r.to_json() for r in self.task.references],
+                "tolerances": {k: list(v) for k, v in self.task.tolerances.items()},
+                "trials": [t.to_json() for t in trials], "seed": self._contract_seed,
+                "sys_path": [str(self.task.root)]}
+
+    def _added(self, candidate: Candidate) -> Contract:
+        """The added inputs the candidate is checked on, the admitted ones of this
+        contract: the standard ones, and those of the sizes it newly compares with."""
+        sizes = size_trials(self.signatures(), self.compared_sizes(candidate))
+        return Contract((*self.contract().verdicts, *self.admit(sizes).verdicts))
 
     def _reaching(self, steps: tuple[StepReport, ...]) -> tuple[StepReport, ...]:
         """Keep the captured calls that launch the kernel under optimization; the
@@ -402,11 +429,14 @@ class Engine:
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
         original = self.original()
+        # Trying new added inputs on the original is a job of its own, before this one.
+        added = self._added(candidate) if built is not None else Contract()
         started = time.monotonic()
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
+            payload["added"] = [t.to_json() for t in added.admitted]
         payload_s = time.monotonic() - started
         job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
         resources = (built or original).diagnostics
@@ -414,9 +444,10 @@ class Engine:
             return _runtime_failure(candidate.hash, job, resources)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
-        result = _unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
+        result = unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
+        result = replace(result, findings=(*result.findings, *added.findings()))
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
@@ -496,7 +527,7 @@ class Engine:
         if bad is not None:
             return replace(self._rejected(digest, bad, baseline, resources, checks, env,
                                           timings), phases=phases)
-        physics = self._physics(timings)
+        physics = [*self._physics(timings), *lenient_findings(records)]
         impossible = strict(physics)
         if impossible:
             return failed(digest, "anticheat", impossible[0].line(), resources, checks=checks,
@@ -572,20 +603,6 @@ def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> E
     return failed(
         digest, "runtime", job.reason, [*resources, *([diag] if diag is not None else [])]
     )
-
-
-def _unverified_sizes(result: Evaluation, sizes: Sequence[int],
-                      inputs: Sequence[str]) -> Evaluation:
-    """A candidate that compares a size with a number is verified at that number where
-    inputs of that size fit; where none did, its report says so rather than let the
-    `size-literal` warning promise a check that did not run."""
-    if not sizes or any(label.startswith(COMPARED_SIZE) for label in inputs):
-        return result
-    said = ", ".join(str(v) for v in sizes)
-    return replace(result, findings=(*result.findings, Finding(
-        "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
-        f"with ({said}): inputs with a dimension that large exceed the verification limit",
-        f"verified on {len(inputs)} other input sets")))
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:

@@ -23,7 +23,8 @@ from typing import Literal
 
 from kfbot.scan.model import BuildRecipe
 
-StepName = Literal["pair", "build", "import", "capture", "reference", "comparison"]
+StepName = Literal["environment", "pair", "build", "import", "capture", "reference",
+                   "comparison"]
 Outcome = Literal["ok", "warning", "failed", "skipped"]
 
 NO_REFERENCE = "checked against the original, no independent reference"

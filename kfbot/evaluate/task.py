@@ -65,6 +65,8 @@ class KernelTask:
     # namespace and template arguments (the repository's own builds).
     definition: KernelDef | None = None
     own_build_timeout_s: float = 3600.0  # the repository's own build (kfbot.yaml)
+    # What running the tests on a GPU showed: one line per test seen launching the kernel.
+    observed: tuple[str, ...] = ()
 
 
 def make_task(kernel: Kernel, root: Path, config: Config,
@@ -98,6 +100,7 @@ def make_task(kernel: Kernel, root: Path, config: Config,
         neighbours=_neighbours(kernel, build, others, root, config),
         definition=kernel.definition,
         own_build_timeout_s=config.repository_build.timeout_s,
+        observed=tuple(t.line() for t in kernel.observed),
     )
 
 
@@ -184,7 +187,7 @@ def _targets(refs: tuple[ReferenceTest, ...], kind: str) -> tuple[str, ...]:
     targets = [
         f"{r.file}::{r.test.split('.')[0]}" if r.kind == "pytest" else r.file
         for r in refs
-        if r.origin == "discovered" and r.kind == kind
+        if r.origin in ("discovered", "observed") and r.kind == kind
     ]
     return tuple(dict.fromkeys(targets))
 

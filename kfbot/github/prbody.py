@@ -18,6 +18,7 @@ from typing import Any
 
 from kfbot import __version__
 from kfbot.anticheat.adequacy import Adequacy
+from kfbot.evaluate.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
 from kfbot.evaluate.report import MARKS
 from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
@@ -199,6 +200,7 @@ def _timings_table(ev: Evaluation) -> str:
 
 def _evidence(r: PrReport, checks_limit: int) -> list[str]:
     ev = r.evaluation
+    cheats = [f for f in ev.findings if f.check != CONTRACT_FINDING]
     against = {who: sum(c.against == who for c in ev.checks) for who in ("reference", "original")}
     probes: dict[str, int] = {}
     for c in ev.checks:
@@ -213,14 +215,26 @@ def _evidence(r: PrReport, checks_limit: int) -> list[str]:
              "- Runtime anti-cheating probes: " + (", ".join(
                  f"{k} {n}" for k, n in sorted(probes.items())) or "none recorded") + ".",
              "- Anti-cheating findings (static rules, runtime probes, timers, physics floor): "
-             + ("none." if not ev.findings else f"{_plural(len(ev.findings), 'finding')}:")]
-    lines += [f"  - {f.layer}/{f.severity}: {_cell(f.line())}" for f in ev.findings]
+             + ("none." if not cheats else f"{_plural(len(cheats), 'finding')}:")]
+    lines += [f"  - {f.layer}/{f.severity}: {_cell(f.line())}" for f in cheats]
+    lines += _about_the_original(ev)
     if r.adequacy is not None:
         lines += [f"- Test adequacy: {r.adequacy.summary()}.", "",
                   _folded("Test adequacy: the repository's test against trivial mutants",
                           r.adequacy.markdown())]
     lines += ["", _folded("All checks", _checks_table(ev.checks, checks_limit)), ""]
     return lines
+
+
+def _about_the_original(ev: Evaluation) -> list[str]:
+    """Inputs kfbot added on which the original itself fails: left out of the contract,
+    so the candidate was not held to them, and worth a look by the repository's owners."""
+    found = [f for f in ev.findings if f.check == CONTRACT_FINDING]
+    if not found:
+        return []
+    return [f"- Findings about the original ({_plural(len(found), 'input')} kfbot added, left "
+            "out of the contract: the candidate was not checked on them):",
+            *(f"  - {_cell(f.reason)}" for f in found)]
 
 
 def _checks_table(checks: Sequence[Check], limit: int) -> str:

@@ -28,6 +28,7 @@ from kfbot.scan.cuda_syntax import (
     strip,
 )
 from kfbot.scan.model import (
+    NOT_UNDERSTOOD,
     CudaFileFacts,
     KernelDef,
     LaunchSite,
@@ -246,10 +247,14 @@ def _declared(name: str) -> str:
 def _syntax_problems(ctx: Ctx, tree: tsx.Tree) -> Iterable[Problem]:
     if not tree.root_node.has_error:
         return []
-    lines = [n + ctx.line_offset for n in tsx.error_lines(tree)]
-    where = ", ".join(str(n) for n in lines) or "unknown"
+    places = tsx.syntax_errors(tree, limit=1000)
+    lines = sorted({first + ctx.line_offset for first, _, _ in places})
+    where = ", ".join(str(n) for n in lines[:5]) + (" ..." if len(lines) > 5 else "")
+    count = f"{len(places)} place{'s' if len(places) != 1 else ''}"
+    # Info, not a warning: most such places are valid code the grammar does not know.
     return [Problem(ctx.file, lines[0] if lines else None,
-                    f"syntax errors (lines {where}); facts from the rest of the file are kept")]
+                    f"{NOT_UNDERSTOOD} {count} (line{'s' if len(lines) != 1 else ''} "
+                    f"{where or 'unknown'}); the rest of the file was read", "info")]
 
 
 def _is_device_only(fn: Node) -> bool:

@@ -68,6 +68,27 @@ class Budget:
                 "tokens": self.tokens, "usd": round(self.usd, 6)}
 
 
+def spent_words(spent: Mapping[str, Any]) -> str:
+    """What a run spent, as a person says it: `23 evaluations in 4m13s, 0 tokens, $0.00`."""
+    evaluations = int(spent.get("evaluations", 0))
+    tokens = int(spent.get("tokens", 0))
+    return (f"{evaluations} evaluation{'s' if evaluations != 1 else ''} in "
+            f"{duration_words(float(spent.get('seconds', 0.0)))}, {tokens:,} token"
+            f"{'s' if tokens != 1 else ''}, ${float(spent.get('usd', 0.0)):.2f}")
+
+
+def duration_words(seconds: float) -> str:
+    """42s, 4m13s, 1h02m: the units a person reads a run's length in."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
 def parse_duration(text: str) -> float:
     """'90s', '30m', '2h' or '1h30m' -> seconds. A bare number is refused: `30` could as
     well mean minutes as seconds, and a budget read the wrong way is hours of GPU time."""

@@ -38,7 +38,7 @@ from kfbot.evaluate.scope import shared_names
 from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
-from kfbot.search.budget import Budget, Limits
+from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor
 from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
 from kfbot.search.features import cell_of
@@ -342,11 +342,16 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     series = best_so_far(outcome.result.history, settings.islands)
     if png_chart(series, run_dir / "progress.png", f"{task.kernel_name}: best speedup"):
         files["chart"] = run_dir / "progress.png"
+        drawn = "The same chart is drawn in `progress.png` beside this report."
+    else:
+        drawn = (f"`progress.png` was not drawn: matplotlib is not installed for "
+                 f"{sys.executable} (`pip install 'kfbot[gpu]'` brings it).")
+        print(f"kfbot: {drawn.replace('`', '')}", file=sys.stderr)
     patch = _patch(task, outcome.committed[1]) if outcome.committed else None
     if patch is not None:
         (run_dir / PATCH).write_text(patch, encoding="utf-8")
         files["patch"] = run_dir / PATCH
-    (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch),
+    (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch, drawn),
                                        encoding="utf-8")
     (run_dir / REPORT).write_text(json.dumps(_record(task, outcome), indent=1),
                                   encoding="utf-8")
@@ -374,9 +379,10 @@ def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
 
 
 def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
-              patch: str | None) -> str:
+              patch: str | None, drawn: str = "") -> str:
     lines = [f"# kfbot optimize: {task.kernel_id}", "",
-             f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
+             f"The search stopped: {outcome.result.stopped or 'it finished'}; it took "
+             f"{spent_words(outcome.spent)}.", "",
              headline(task, outcome.committed, outcome.near_miss, outcome.lineage), ""]
     lines += _confirmation_lines(outcome.confirmation)
     if outcome.committed is not None and patch is not None:
@@ -388,7 +394,8 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
                   outcome.adequacy.markdown(), ""]
     lines += ["## Progress", "", "Every candidate the search evaluated, those that need build "
-              "parameters included.", "", mermaid_chart(series), "## Search history", "",
+              "parameters included.", "", mermaid_chart(series), drawn, "", "## Search history",
+              "",
               history_table(outcome.result.history)]
     return "\n".join(lines)
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import tolerance_for
+from kfbot.evaluate.contract import Trial, shape_label
 from kfbot.evaluate.device import environment
+from kfbot.evaluate.device.lenient import Leniency, leniency_of, relaxed
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
 from kfbot.evaluate.device.probes import (
     Launch,
@@ -28,6 +29,7 @@ from kfbot.evaluate.device.probes import (
 )
 from kfbot.evaluate.device.retime import RetimeSettings, measure
 from kfbot.evaluate.device.timing import Check, L2Flusher, TimingSettings, interleaved
+from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import (
     Context,
     InputSet,
@@ -42,17 +44,10 @@ from kfbot.evaluate.device.verify import (
     tensors,
     verify,
 )
-from kfbot.evaluate.inputs import (
-    COMPARED_SIZE,
-    edge_signatures,
-    large_signature,
-    literal_signatures,
-    make_args,
-    scaled_signatures,
-)
+from kfbot.evaluate.inputs import make_args
 from kfbot.evaluate.reference import belongs
 from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, Tolerance
+from kfbot.evaluate.tolerances import Tolerance
 from kfbot.evaluate.worker import cuda_error_kind
 
 REPEAT_CALLS = 10
@@ -87,7 +82,7 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         original = load_op(payload["original"], payload["op"])
         candidate = load_op(payload["candidate"], payload["op"]) \
             if payload.get("candidate") else None
-        references = _references(payload.get("references", []))
+        references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     block = payload.get("block")
     signatures = [CallSignature.from_json(s) for s in payload.get("signatures", [])]
@@ -97,18 +92,15 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         # this one: hand it back once, so the poisoning fills this job's blocks only.
         torch.cuda.empty_cache()
     with _phase(phases, "inputs"):
-        checked = _input_sets(signatures, seeds, payload) + _edge_sets(
-            signatures, seeds[0], block, original
-        )
-        if candidate is not None:
-            checked += _beyond_sets(signatures, seeds[0], payload.get("sizes", []), original,
-                                    references, overrides, str(payload["original"]["artifact"]))
+        checked = _input_sets(signatures, seeds, payload) + _added_sets(
+            payload.get("added", []), seeds[0])
     result: dict[str, Any] = {
         "inputs": [s.label for s in checked],
         "environment": environment.describe(),
     }
     ctx = Context(overrides, block, in_place=bool(payload.get("in_place")),
-                  probes=bool(payload.get("probes", True)))
+                  probes=bool(payload.get("probes", True)),
+                  lenient=leniency(payload.get("references", [])))
     result["phases"] = phases
     if payload.get("baseline"):
         with _phase(phases, "verify"):
@@ -139,7 +131,7 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     sys.path[:0] = [p for p in payload.get("sys_path", []) if p not in sys.path]
     original = load_op(payload["original"], payload["op"])
     candidate = load_op(payload["candidate"], payload["op"])
-    references = _references(payload.get("references", []))
+    references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     settings = RetimeSettings(**payload.get("retime", {}))
     shapes = []
@@ -148,7 +140,7 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
         arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
         inputs = InputSet(entry["label"], *arg_sets[0])
         try:
-            wrong = _wrong(candidate, original, references(inputs), inputs, overrides)
+            wrong = wrong_output(candidate, original, references(inputs), inputs, overrides)
         except (RuntimeError, ValueError, TypeError) as exc:
             if cuda_error_kind(str(exc)) is not None:
                 raise
@@ -162,8 +154,14 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"shapes": shapes, "environment": environment.describe()}
 
 
-def _wrong(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
-           overrides: Mapping[str, Tolerance]) -> str | None:
+def leniency(specs: Sequence[Mapping[str, Any]]) -> Leniency | None:
+    """What the repository's test's own comparison accepts (its first reference's)."""
+    return leniency_of(next((str(s.get("comparison") or "") for s in specs), ""))
+
+
+def wrong_output(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
+                 overrides: Mapping[str, Tolerance],
+                 lenient: Leniency | None = None) -> str | None:
     """Why the candidate's output is not within tolerance of the reference (in float64,
     else in the inputs' precision), or of the original without a reference; None if it is."""
     got = call(candidate, inputs)
@@ -174,6 +172,8 @@ def _wrong(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
         expected = [wide, call(reference, inputs)] if upcast else [wide]
     problem = "no output to compare"
     for want in expected:
+        if reference is not None:
+            want, _ = relaxed(tensors(got), want, lenient)
         try:
             comps = compare_outputs(got, want, overrides, None)
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -280,7 +280,7 @@ def _copies(inputs: InputSet) -> tuple[list[Any], dict[str, Any]]:
     return clone(inputs.args), clone(inputs.kwargs)
 
 
-def _references(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
+def references_for(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
     loaded = [(spec, load_reference(spec)) for spec in specs]
 
     def for_inputs(inputs: InputSet) -> Op | None:
@@ -311,7 +311,7 @@ def _input_sets(
     signatures: Sequence[CallSignature], seeds: Sequence[int], payload: Mapping[str, Any]
 ) -> list[InputSet]:
     sets = [
-        InputSet(f"{_shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"),
+        InputSet(f"{shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"),
                  group=f"sig{n}", tests=sig.tests, via=sig.via)
         for n, sig in enumerate(signatures)
         for i, seed in enumerate(seeds)
@@ -336,78 +336,16 @@ def _declared_sets(ref: str, declared: Mapping[str, Any], seeds: Sequence[int]) 
     return sets
 
 
-def _edge_sets(
-    signatures: Sequence[CallSignature], seed: int, block: int | None, original: Op
-) -> list[InputSet]:
-    """Edge shapes the original accepts (size 1, odd, not a multiple of the block)."""
+def _added_sets(added: Sequence[Mapping[str, Any]], seed: int) -> list[InputSet]:
+    """The inputs kfbot adds that the original held to (`evaluate.contract`): edge
+    shapes, scaled and large shapes, the sizes a candidate compares with."""
     sets = []
-    for sig in signatures[:2]:
-        for edge in edge_signatures(sig, block):
-            inputs = InputSet(f"edge {_shape_label(edge)}", *make_args(edge, seed, "cuda"),
-                              tests=sig.tests, via=sig.via)
-            try:
-                call(original, inputs)
-            except (RuntimeError, ValueError, TypeError) as exc:
-                if cuda_error_kind(str(exc)) is not None:
-                    raise
-                continue  # the op does not accept this shape
-            sets.append(inputs)
+    for data in added:
+        trial = Trial.from_json(data)
+        args, kwargs = values_for(trial, seed, "cuda")
+        sig = trial.signature
+        sets.append(InputSet(trial.label, args, kwargs, tests=sig.tests, via=sig.via))
     return sets
-
-
-# Whether the original is right on an input set beyond the captured shapes, by (its
-# build artifact, the set's label): asked once per worker, whatever the candidate.
-_ORIGINAL_HOLDS: dict[tuple[str, str], bool] = {}
-
-
-def _beyond_sets(signatures: Sequence[CallSignature], seed: int, sizes: Sequence[int],
-                 original: Op, references: Callable[[InputSet], Op | None],
-                 overrides: Mapping[str, Tolerance], origin: str) -> list[InputSet]:
-    """Shapes the tests never used, where a candidate that special-cases the tested ones
-    goes wrong: each captured shape scaled up, one large shape, and the sizes the
-    candidate compares with literals. Only those on which the original itself is right
-    are kept: there the candidate must be too."""
-    wanted: list[tuple[str, CallSignature]] = []
-    for sig in signatures:
-        wanted += [(f"x{f}", v) for f, v in scaled_signatures(sig)]
-    large = large_signature(signatures[0]) if signatures else None
-    wanted += [("large", large)] if large is not None else []
-    for sig in signatures[:2]:
-        wanted += [(COMPARED_SIZE, v) for v in literal_signatures(sig, tuple(sizes))]
-    out: list[InputSet] = []
-    for what, sig in wanted:
-        label = f"{what} {_shape_label(sig)}"
-        key = (origin, label)
-        if _ORIGINAL_HOLDS.get(key) is False or any(i.label == label for i in out):
-            continue  # known not to hold: its inputs are not even made
-        inputs = InputSet(label, *make_args(sig, seed, "cuda"))
-        if key not in _ORIGINAL_HOLDS:
-            _ORIGINAL_HOLDS[key] = _holds(original, references(inputs), inputs, overrides)
-        if _ORIGINAL_HOLDS[key]:
-            out.append(inputs)
-    return out
-
-
-def _holds(original: Op, reference: Op | None, inputs: InputSet,
-           overrides: Mapping[str, Tolerance]) -> bool:
-    """Whether the original accepts these inputs and is within half the tolerance of the
-    reference on them (without a reference: whether it accepts them). Half: on a large
-    shape a long float32 sum's error grows, and an honest candidate that sums in another
-    order must not fail where the original only just passed."""
-    half = {name: Tolerance(t.atol / 2, t.rtol / 2)
-            for name, t in ((n, tolerance_for(n, overrides)) for n in DEFAULT_TOLERANCES)}
-    try:
-        return _wrong(original, original, reference, inputs, half) is None
-    except (RuntimeError, ValueError, TypeError) as exc:
-        if cuda_error_kind(str(exc)) is not None:
-            raise
-        return False  # the op, or its reference, does not take this shape
-
-
-def _shape_label(sig: CallSignature) -> str:
-    shapes = [str(tuple(a.shape)) for a in sig.args if hasattr(a, "shape")]
-    dtypes = sorted({a.dtype for a in sig.args if hasattr(a, "dtype")})
-    return f"{' x '.join(shapes) or 'scalars'} {'/'.join(dtypes)}".strip()
 
 
 def _bench(
@@ -429,7 +367,7 @@ def _bench(
             timed = interleaved({"original": original, "candidate": candidate}, arg_sets,
                                 timing, seed=seeds[0],
                                 check=_timed_check(ctx) if ctx.probes else None)
-        label = _shape_label(sig)
+        label = shape_label(sig)
         out.append({
             "input": label,
             "signature": sig.to_json(),
