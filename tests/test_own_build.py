@@ -8,6 +8,7 @@ binutils; nothing is run on a GPU.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import textwrap
@@ -15,12 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from kfbot.config import Config
 from kfbot.evaluate.baseline import own_build_step
 from kfbot.evaluate.build.own import OwnBuild, OwnBuilder, own_recipe
 from kfbot.evaluate.build.symbols import holders, library_symbols, parse_symbol
+from kfbot.evaluate.observe.mutants import NoMutant
+from kfbot.evaluate.observe.own_tree import own_mutant_tree, own_tree
 from kfbot.evaluate.repository_build import own_original, registrations
 from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.scan.model import BuildRecipe, KernelDef
+from kfbot.scan.scanner import scan
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
@@ -282,3 +287,27 @@ def test_a_candidate_library_registers_its_ops_under_its_own_namespace(tmp_path:
     assert names == {"rowlib": "rowlib_kfabc123"}
     assert '.op("rowlib_kfabc123::row_scale", &row_scale)' in files["csrc/row_scale.cpp"]
     assert sorted(files) == ["csrc/cuda/row_scale_cuda.cu", "csrc/row_scale.cpp"]
+
+
+def test_observing_runs_in_the_built_tree_and_its_mutant_copy(
+        built: tuple[Path, OwnBuilder]) -> None:
+    """The tree the observer runs the tests in, and the copy whose library holds the
+    kernel with its body emptied (a test that still passes there does not check it)."""
+    root, builder = built
+    report = scan(root, Config())
+    kernel = next(k for k in report.kernels if k.name == "scale_kernel")
+    (recipe,) = kernel.builds
+    assert recipe.kind == "repository"
+    tree = own_tree(root, recipe, builder.cache_dir, {"PYTHONPATH": "/elsewhere"})
+    assert not isinstance(tree, str)
+    original = builder.original(root, own_recipe("setup.py")).original
+    assert tree[0] == original
+    assert tree[1]["PYTHONPATH"].split(os.pathsep) == [str(original), "/elsewhere"]
+    mutant = own_mutant_tree(root, kernel, recipe, builder.cache_dir, {})
+    assert not isinstance(mutant, NoMutant), mutant
+    library = next(p for p in original.glob("rowpkg/_scale*.so"))
+    swapped = mutant[0] / library.relative_to(original)
+    assert swapped.read_bytes() != library.read_bytes()  # the mutant's library
+    assert holders(SCALE_KERNEL, [swapped])  # the kernel is still there, writing nothing
+    other = next(p for p in original.glob("rowpkg/_shift*.so"))
+    assert (mutant[0] / other.relative_to(original)).read_bytes() == other.read_bytes()

@@ -261,7 +261,7 @@ def _prune(cache_dir: Path, keep: int) -> None:
             except BlockingIOError:
                 continue  # in use
             result.unlink()  # first: a half-removed build is never taken for a whole one
-            for part in ("workshop", "original", "candidates"):
+            for part in ("workshop", "original", "candidates", "mutants"):
                 shutil.rmtree(home / part, ignore_errors=True)
 
 
