@@ -3,8 +3,10 @@ candidate is built the repository's way: the fixture `library_loop` makes each o
 library of its own in a loop no scan can read; the library that holds the kernel is
 found by its symbols, the tests run in the tree that build made, and a candidate
 recompiles only its own objects (torch's ninja build) and loads beside the original
-under its own op namespace. `subfolder_setup` has a setup.py per folder next to a
-`load()` fallback and a check script with no `__main__` guard.
+under its own op namespace; observing its tests runs them in that build's tree and
+confirms each with the kernel's mutant built the same way. `subfolder_setup` has a
+setup.py per folder next to a `load()` fallback and a check script with no `__main__`
+guard.
 
     pytest -m gpu tests/test_repository_builds_gpu.py -v    # ~3-4 minutes, most of it builds
 """
@@ -12,6 +14,7 @@ under its own op namespace. `subfolder_setup` has a setup.py per folder next to 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +22,11 @@ from pathlib import Path
 import pytest
 
 from kfbot.config import load_config
+from kfbot.evaluate.build import Builder
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.observe.observer import ObserveSettings, observe
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
@@ -101,6 +106,26 @@ def test_a_candidate_is_rebuilt_the_repositorys_way(cache: Path) -> None:
         bad = engine.evaluate(Candidate(files={"csrc/cuda/row_scale_cuda.cu": wrong}),
                               bench=False)
     assert not bad.ok and bad.stage in ("correctness", "anticheat"), bad.reason
+
+
+def test_the_tests_are_observed_in_the_tree_the_repository_built(
+        cache: Path, tmp_path: Path) -> None:
+    """Observed pairing where the repository builds itself: the tests run in that
+    build's tree, and the mutant of the scale kernel (built the same way, laid into a
+    copy of the tree) fails them: they check it."""
+    root = tmp_path / "library_loop"
+    shutil.copytree(FIXTURES / "library_loop", root)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "fixture"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                       check=True, capture_output=True)
+    report = scan(root, load_config(None, root))
+    scale = "csrc/cuda/row_scale_cuda.cu::rowlib::row_scale_kernel"
+    found = observe(root, report, Builder(cache / "build"),
+                    ObserveSettings(file_timeout_s=180, timeout_s=600, jobs=4,
+                                    confirm=(scale,)))
+    seen = {t.test: t.verdict for t in found.of(scale)}
+    assert seen and all(t.startswith("test/test_row_scale.py::") for t in seen), found
+    assert set(seen.values()) == {"checks"}, found
 
 
 def test_verify_explain_on_a_repository_that_builds_itself(cache: Path) -> None:
