@@ -16,7 +16,7 @@ from kfbot import credentials, extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
-from kfbot.commands.options import add_repo_arguments, duration_argument
+from kfbot.commands.options import add_repo_arguments, duration_argument, percent_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
@@ -56,6 +56,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--time", type=duration_argument, default=None, metavar="DURATION",
                    help="wall-clock limit per kernel, with a unit: 90s, 30m, 1h30m "
                         "(default: none)")
+    p.add_argument("--stop-at-light", type=percent_argument, default="90%", metavar="PERCENT",
+                   help="stop once a publishable candidate, or the original, runs at this "
+                        "share of the speed of light on the GPU or more, e.g. 80%% (0%%: "
+                        "never; default 90%%)")
     p.add_argument("--islands", type=int, default=4, metavar="N",
                    help="populations that evolve apart and exchange their best")
     p.add_argument("--seed", type=int, default=None, metavar="N",
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         raise KfbotError(f"{root}: no kernel with a reference test to optimize")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = OptimizeSettings(islands=args.islands, seed=seed, evaluations=args.budget,
-                                seconds=args.time)
+                                seconds=args.time, light_stop=100 * args.stop_at_light or None)
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:

@@ -28,9 +28,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("verify", help="check a kernel (and a candidate) against its reference")
     add_kernel_arguments(p)
     p.add_argument("--adequacy", action="store_true",
-                   help="also run the repository's test against trivial mutants of the op "
-                        "(zeros, constant, passthrough, uninitialized, half precision) to see "
-                        "whether it can be trusted as a judge")
+                   help="also run the repository's test against mutants of the op "
+                        "(no work, lower precision, NaN, answers from input statistics or "
+                        "a strided subsample, the last call replayed) to see whether it can "
+                        "be trusted as a judge")
     p.add_argument("--explain", action="store_true",
                    help="print each step of the original's baseline (environment, pair, "
                         "build, import, capture, reference, comparison) with its outcome, its "

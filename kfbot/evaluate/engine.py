@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
+from kfbot.anticheat.adequacy import Adequacy, cache_tag, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
@@ -33,7 +33,6 @@ from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
-from kfbot.evaluate.build.own import OwnBuilder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.contract import (
     Contract,
@@ -49,14 +48,16 @@ from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
     ShapeTiming,
-    Stage,
     failed,
+    rejected,
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.isolation import Isolation
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
+from kfbot.evaluate.redrawn import distribution_trials, precision_finding
 from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
 from kfbot.evaluate.signature import CallSignature
@@ -92,6 +93,8 @@ class EngineSettings:
     measure_peaks: bool = True
     static_checks: bool = True  # off only to prove the runtime layer on its own
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
+    distributions: bool = True  # redrawn inputs (off only to measure what they cost)
+    clean_room: bool = True  # outputs judged in a second worker (off only to measure it)
     # Where the heartbeat of the repository's own build goes while it runs (build/own.py;
     # a function of a module's top level: Ray pickles it).
     progress: Callable[[str], None] | None = field(default=None, compare=False)
@@ -106,10 +109,8 @@ class Engine:
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
-        own = OwnBuilder(settings.cache_dir / "own", task.own_build_timeout_s,
-                         settings.progress)
         self.prep = Preparation(task, self.builder, self.request, settings.cache_dir,
-                                settings.capture_timeout_s, own)
+                                settings.capture_timeout_s, settings.progress)
         self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
@@ -120,6 +121,13 @@ class Engine:
         # What the original did on each input kfbot added (`evaluate.contract`).
         self._contract = Contract()
         self._contract_seed = secrets.randbits(48)
+        # The run's private seed schedule: redrawn inputs, warm-up, timed and repeated
+        # calls (`evaluate.distributions`); never written out.
+        self._schedule_root = secrets.randbits(63)
+        # The judge worker and what the device said between jobs (`isolation`).
+        self.isolation = Isolation(self._new_session, settings.cache_dir / "clean-room" /
+                                   f"{os.getpid()}-{secrets.token_hex(4)}",
+                                   settings.job_timeout_s)
 
     def __enter__(self) -> Engine:
         return self
@@ -127,6 +135,7 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
+        self.isolation.close()
         self.neighbours.close()
         self.prep.close()
 
@@ -138,13 +147,12 @@ class Engine:
     @property
     def session(self) -> WorkerSession:
         if self._session is None:
-            self._session = WorkerSession(
-                gpu=self.settings.gpu,
-                cwd=self.task.root,
-                python_path=[KFBOT_PARENT],
-                preload=("torch",),
-            )
+            self._session = self._new_session()
         return self._session
+
+    def _new_session(self) -> WorkerSession:
+        return WorkerSession(gpu=self.settings.gpu, cwd=self.task.root,
+                             python_path=[KFBOT_PARENT], preload=("torch",))
 
     def probe(self) -> dict[str, Any]:
         """Device facts; a KfbotError with one line when there is no usable GPU."""
@@ -167,8 +175,7 @@ class Engine:
     # --- builds ----------------------------------------------------------------------
 
     def build(self, candidate: Candidate) -> BuildResult:
-        request = self.request(candidate)
-        return self.prep.candidate_build(request) or self.builder.build(request)
+        return self.prep.build(self.request(candidate))
 
     def request(self, candidate: Candidate) -> BuildRequest:
         return BuildRequest(
@@ -254,8 +261,15 @@ class Engine:
 
     def contract(self) -> Contract:
         """The original on the inputs every candidate is checked on besides the
-        captured calls (edge, scaled and large shapes)."""
-        return self.admit(standard_trials(self.signatures(), self.task.block))
+        captured calls (edge, scaled and large shapes, and the captured shapes with
+        their floating inputs redrawn from other distributions)."""
+        trials = standard_trials(self.signatures(), self.task.block)
+        # Redrawn values need a reference to judge the original by: where the original
+        # alone is the judge, an overflow of its own would bind the candidates to it.
+        if self.settings.distributions and self.settings.runtime_checks and \
+                self.task.references:
+            trials += distribution_trials(self.signatures(), self._schedule_root)
+        return self.admit(trials)
 
     def admit(self, trials: Sequence[Trial]) -> Contract:
         """Each trial tried on the original once (per engine): the verdicts on `trials`."""
@@ -342,11 +356,7 @@ class Engine:
         compiled."""
         findings = [tuple(self.static_check(c)) for c in candidates]
         keep = [i for i, found in enumerate(findings) if not strict(found)]
-        requests = [self.request(candidates[i]) for i in keep]
-        if self.prep.own_built is not None:  # one build at a time in its workshop
-            built = [self.prep.candidate_build(r) or self.builder.build(r) for r in requests]
-        else:
-            built = self.builder.build_many(requests)
+        built = self.prep.build_many([self.request(candidates[i]) for i in keep])
         made = dict(zip(keep, built, strict=True))
         return [Prepared(found, made.get(i)) for i, found in enumerate(findings)]
 
@@ -387,7 +397,8 @@ class Engine:
         the tests are unchanged; None when the task has no test to run."""
         if not self.task.test_targets:
             return None
-        path = self.settings.cache_dir / "adequacy" / f"{self.prep.signature_key()}.json"
+        path = self.settings.cache_dir / "adequacy" / \
+            f"{self.prep.signature_key()}-{cache_tag()}.json"
         cached = load_cached(path)
         if cached is not None:
             return cached
@@ -437,13 +448,18 @@ class Engine:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
             payload["added"] = [t.to_json() for t in added.admitted]
+            if self.settings.clean_room and self.settings.runtime_checks:
+                payload["clean_room"] = self.isolation.outputs_folder(candidate.hash)
         payload_s = time.monotonic() - started
-        job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
+        job = self.isolation.evaluate_job(self.session, candidate.hash, payload)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
             return _runtime_failure(candidate.hash, job, resources)
+        clean_s = self.isolation.judge_saved(payload, job.value)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        result = replace(result, findings=(*result.findings,
+                                           *precision_finding(job.value.get("precision"))))
         result = unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
@@ -451,8 +467,13 @@ class Engine:
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
+                                       "clean-room": clean_s,
                                        "driver-round-trip": job.duration_s,
                                        "driver-judge": time.monotonic() - judged})
+
+    def settle(self) -> None:
+        """After the last candidate of a session: see `Isolation.settle`."""
+        self.isolation.settle(self._session)
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""
@@ -488,6 +509,8 @@ class Engine:
             "block": task.block,
             "signatures": [s.to_json() for s in self.signatures()],
             "seeds": [secrets.randbits(48) for _ in range(self.settings.seeds)],
+            "schedule": self._schedule_root,
+            "contract_seed": self._contract_seed,
             "baseline": candidate is None,
             "in_place": task.in_place,
             "probes": self.settings.runtime_checks,
@@ -525,7 +548,7 @@ class Engine:
         bad = next((c for c in checks if not c.passed), None)
         phases = {k: float(v) for k, v in value.get("phases", {}).items()}
         if bad is not None:
-            return replace(self._rejected(digest, bad, baseline, resources, checks, env,
+            return replace(rejected(digest, bad, baseline, resources, checks, env,
                                           timings), phases=phases)
         physics = [*self._physics(timings), *lenient_findings(records)]
         impossible = strict(physics)
@@ -552,19 +575,6 @@ class Engine:
         return physics_findings(rates, self.device.get("peaks"),
                                 int(self.device.get("l2_bytes") or 0))
 
-    @staticmethod
-    def _rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],
-                  checks: tuple[Check, ...], env: Mapping[str, Any],
-                  timings: tuple[Any, ...]) -> Evaluation:
-        why = bad.error or bad.description or f"mismatch on {bad.input}"
-        if baseline or bad.check == "correctness":
-            stage: Stage = "baseline" if baseline else "correctness"
-            return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
-                          checks=checks, environment=env)
-        first = bad.finding()
-        return failed(digest, "anticheat", first.line(), resources, checks=checks,
-                      environment=env, timings=timings, findings=_evidence(first, checks))
-
 
 def no_reference_finding(task: KernelTask) -> Finding:
     """Every report of a kernel checked without a reference says so: the original was
@@ -575,18 +585,6 @@ def no_reference_finding(task: KernelTask) -> Finding:
     else:
         why = "; ".join(task.unusable_references) or "the tests name no reference computation"
     return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
-
-
-def _evidence(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
-    """Every anti-cheating check that failed, the one that decided first: a cheat often
-    trips more than one (a library call is both a foreign kernel and, through its host
-    overhead, a timer disagreement), and the report shows all of them."""
-    seen, out = {first.check}, [first]
-    for check in checks:
-        if not check.passed and check.check not in seen and check.check != "correctness":
-            seen.add(check.check)
-            out.append(check.finding())
-    return tuple(out)
 
 
 def _artifact(result: BuildResult) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from kfbot.evaluate.baseline import (
     skipped,
 )
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
-from kfbot.evaluate.build.own import OwnBuilder, own_recipe
+from kfbot.evaluate.build.own import OwnBuilder, Progress, own_recipe
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.repository_build import (
@@ -59,13 +59,15 @@ class Captured:
 class Preparation:
     def __init__(self, task: KernelTask, builder: Builder,
                  request: Callable[[Candidate], BuildRequest], cache_dir: Path,
-                 capture_timeout_s: float, own: OwnBuilder | None = None) -> None:
+                 capture_timeout_s: float, progress: Progress | None = None) -> None:
         self.task = task
         self.builder = builder
         self._request = request
         self._cache_dir = cache_dir
         self._capture_timeout_s = capture_timeout_s
-        self.own = own or OwnBuilder(cache_dir / "own")
+        # The repository's own builds, where it builds itself: with their own budget, and
+        # a heartbeat to `progress` while they run.
+        self.own = OwnBuilder(cache_dir / "own", task.own_build_timeout_s, progress)
         self._attempt: tuple[BuildResult, OwnOriginal | None] | None = None
         self._real: BuildResult | None = None
         self._staged: tuple[StagedModule, ...] | None = None
@@ -123,6 +125,18 @@ class Preparation:
             else:
                 self._real = built
         return self._real if self._real.ok else None
+
+    def build(self, request: BuildRequest) -> BuildResult:
+        """A candidate's build: the repository's own where the original's is, else
+        kfbot's."""
+        return self.candidate_build(request) or self.builder.build(request)
+
+    def build_many(self, requests: Sequence[BuildRequest]) -> list[BuildResult]:
+        """`build` for a batch: kfbot's on every core, the repository's own one at a
+        time (its workshop serves one build)."""
+        if self.own_built is not None:
+            return [self.build(r) for r in requests]
+        return self.builder.build_many(requests)
 
     def candidate_build(self, request: BuildRequest) -> BuildResult | None:
         """A candidate built by the repository's own build, when the original was;

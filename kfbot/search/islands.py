@@ -88,8 +88,12 @@ class RunLog:
 class IslandSearch:
     def __init__(self, original: Individual, propose: Propose, evaluate: Evaluate,
                  budget: Budget, settings: SearchSettings, log: RunLog | None = None,
-                 on_result: Callable[[Individual], None] | None = None) -> None:
+                 on_result: Callable[[Individual], None] | None = None,
+                 reached: Callable[[], str | None] | None = None) -> None:
+        """`reached`, asked beside the budget, says why there is nothing left worth
+        searching for (a kernel close to the speed of light), or None."""
         self.original = original
+        self.reached = reached
         self.propose, self.evaluate = propose, evaluate
         self.budget, self.settings = budget, settings
         self.log = log or RunLog(None)
@@ -122,7 +126,8 @@ class IslandSearch:
         """Every island's fresh candidates for this generation, and why to stop, if so."""
         planned: list[tuple[int, Individual, list[Candidate]]] = []
         for island in range(self.settings.islands):
-            stopped = self.budget.exhausted() or ""
+            stopped = self.budget.exhausted() or (self.reached() if self.reached else None) \
+                or ""
             if stopped:
                 return planned, stopped
             parent, fresh = self._propose(island)

@@ -40,7 +40,15 @@ from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
 from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor
-from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
+from kfbot.search.experience import (
+    DEFAULT_PATH,
+    Lesson,
+    Where,
+    append_lessons,
+    candidate_tag,
+    read_lessons,
+    relevant,
+)
 from kfbot.search.features import cell_of
 from kfbot.search.heldout import time_held_out
 from kfbot.search.islands import (
@@ -57,6 +65,7 @@ from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, space_size
 from kfbot.search.pershape import held_out_slower, rows_of
 from kfbot.search.pershape import markdown as per_shape_markdown
+from kfbot.search.provenance import lesson_doubt, lesson_line
 from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
@@ -89,6 +98,9 @@ class OptimizeSettings:
     usd: float | None = None
     batch: int = 2
     migrate_every: int = 3
+    # Stop once a publishable candidate (or the original itself) runs at this % of the
+    # speed of light or more: what is left to win is within the floor's own error.
+    light_stop: float | None = 90.0
 
 
 @dataclass(frozen=True)
@@ -164,6 +176,8 @@ class OptimizeOutcome:
     # The changes that led from the original to the committed candidate, first to last
     # (the candidate's own rationale is the last): what its speedup is owed to.
     lineage: tuple[str, ...] = ()
+    # Why the committed candidate taught no lesson (a warning on it), for the report.
+    lesson_note: str | None = None
     # The committed candidate verified and timed at held-out shapes (see `heldout`).
     held_out: Evaluation | None = None
     held_out_note: str = ""  # why held-out shapes were not timed, when they were not
@@ -203,7 +217,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                            settings.usd), spent={"evaluations": len(log.load())})
     mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm,
                    task_text=_task_text(task), batch=settings.batch,
-                   lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
+                   lessons=_known_lessons(task, Where.of(engine.device)))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
                           "the original", "original", 0)
     evaluations: dict[str, Evaluation] = {}
@@ -216,7 +230,8 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     evaluate = through(executor, outcome_of, evaluations)
     search = IslandSearch(original, mut.propose, evaluate, budget,
                           SearchSettings(settings.islands, settings.migrate_every,
-                                         settings.batch, settings.seed), log, learn)
+                                         settings.batch, settings.seed), log, learn,
+                          near_light(evaluations, settings.light_stop))
     result = search.run()
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
@@ -235,6 +250,26 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                               else ())
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def near_light(evaluations: Mapping[str, Evaluation], threshold: float | None
+               ) -> Callable[[], str | None]:
+    """Why the search can stop: a publishable candidate, or the original as timed beside
+    any candidate, at `threshold` % of the speed of light or more."""
+
+    def reached() -> str | None:
+        if threshold is None:
+            return None
+        for digest, ev in evaluations.items():
+            if ev.original_light is not None and ev.original_light >= threshold:
+                return (f"the original already runs at {ev.original_light:.0f}% of the speed "
+                        f"of light (threshold {threshold:.0f}%)")
+            if ev.publishable and ev.light is not None and ev.light >= threshold:
+                return (f"candidate {digest[:10]} runs at {ev.light:.0f}% of the speed of "
+                        f"light (threshold {threshold:.0f}%)")
+        return None
+
+    return reached
 
 
 def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
@@ -309,17 +344,19 @@ def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.R
     return learn
 
 
-def _known_lessons(task: KernelTask, gpu: str) -> tuple[str, ...]:
-    """Lessons from earlier runs worth showing the LLM, most relevant first."""
+def _known_lessons(task: KernelTask, here: Where) -> tuple[str, ...]:
+    """Lessons from earlier runs worth showing the LLM, most relevant first: retired ones
+    never, and one measured on another GPU, architecture or toolchain (or with no record
+    of where) said to be so, never passed off as this machine's."""
     path = task.root / DEFAULT_PATH
     if not path.is_file():
         return ()
     try:
-        found = relevant(read_lessons(path), task.kernel_id, gpu, limit=8)
+        standing = [x for x in read_lessons(path) if not x.retired]
     except KfbotError:
         return ()  # a damaged experience file must not stop the search; lessons says why
-    return tuple(f"{lesson.kernel} on {lesson.gpu}: {lesson.change} ({lesson.origin}) -> "
-                 f"{lesson.summary()}" for lesson in found)
+    found = relevant(standing, task.kernel_id, here.gpu, limit=8)
+    return tuple(lesson_line(lesson, here) for lesson in found)
 
 
 def through(executor: Executor, outcome: Callable[[Candidate, Evaluation], Outcome],
@@ -351,12 +388,12 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     if patch is not None:
         (run_dir / PATCH).write_text(patch, encoding="utf-8")
         files["patch"] = run_dir / PATCH
+    outcome.lesson_note = _lessons(task, outcome, run_dir.name)
     (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch, drawn),
                                        encoding="utf-8")
     (run_dir / REPORT).write_text(json.dumps(_record(task, outcome), indent=1),
                                   encoding="utf-8")
     files["report"] = run_dir / "report.md"
-    _lessons(task, outcome)
     if outcome.committed is not None:
         _branch(task, outcome.committed, run_dir, files)
     return files
@@ -385,6 +422,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
              f"{spent_words(outcome.spent)}.", "",
              headline(task, outcome.committed, outcome.near_miss, outcome.lineage), ""]
     lines += _confirmation_lines(outcome.confirmation)
+    lines += [outcome.lesson_note, ""] if outcome.lesson_note else []
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
                   "```diff", patch, "```", ""]
@@ -497,20 +535,28 @@ def _patch(task: KernelTask, cand: Candidate) -> str:
     return unified_patch(originals, dict(cand.files))
 
 
-def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
-    """Append what the run learned: the committed change, tagged with its hash."""
-    found: list[Lesson] = []
-    if outcome.committed is not None:
-        ev, cand = outcome.committed
-        if cand.origin in ("params", "rules", "llm"):
-            gpu = str(ev.environment.get("gpu", "unknown GPU"))
-            verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
-            change = credited(outcome.lineage) or cand.rationale or "best candidate"
-            found.append(Lesson(task.kernel_id, gpu, change,
-                                cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
-                                datetime.date.today().isoformat(),
-                                (f"candidate-{cand.short}",)))
-    append_lessons(task.root / ".kfbot" / "experience.md", found)
+def _lessons(task: KernelTask, outcome: OptimizeOutcome, run_id: str) -> str | None:
+    """Append what the run learned: the committed change, tagged with its hash and with
+    where it was measured, when it passed every check with no warning; else why not."""
+    if outcome.committed is None:
+        return None
+    ev, cand = outcome.committed
+    if cand.origin not in ("params", "rules", "llm"):
+        return None
+    doubt = lesson_doubt(ev)
+    if doubt is not None:
+        return f"No lesson was recorded: {doubt}."
+    here = Where.of(ev.environment)
+    verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
+    change = credited(outcome.lineage) or cand.rationale or "best candidate"
+    lesson = Lesson(task.kernel_id, here.gpu or "unknown GPU", change, cand.origin, verdict,
+                    ev.speedup or 1.0, None, ev.reason, datetime.date.today().isoformat(),
+                    (candidate_tag(cand.hash),), run=run_id, arch=here.arch, cuda=here.cuda,
+                    torch=here.torch)
+    append_lessons(task.root / ".kfbot" / "experience.md", [lesson])
+    return None
+
+
 
 
 def _task_text(task: KernelTask) -> str:
