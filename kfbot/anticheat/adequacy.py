@@ -112,13 +112,15 @@ def cache_tag() -> str:
 def check_adequacy(
     root: Path, targets: Sequence[str], op: OpRef, timeout_s: float = 600,
     mutants: Sequence[str] = MUTANTS, staged: Sequence[StagedModule] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> Adequacy:
     """Run the tests `targets` once per mutant, the op's result replaced by it; `staged`
-    makes kfbot's build of the extension importable under its real name."""
+    makes kfbot's build of the extension importable under its real name (`extra_env`
+    what the tree of the repository's own build needs)."""
     verdicts = []
     for mutant in mutants:
         result = capture_signatures(root, targets, [op], timeout_s=timeout_s, max_calls=0,
-                                    mutant=mutant, staged=staged)
+                                    mutant=mutant, staged=staged, extra_env=extra_env)
         verdicts.append(judge(mutant, result))
     return Adequacy(tuple(targets), tuple(verdicts))
 

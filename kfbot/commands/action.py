@@ -31,7 +31,7 @@ from github.Repository import Repository
 from kfbot import credentials, git
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
-from kfbot.commands.progress import log_group
+from kfbot.commands.progress import build_heartbeat, log_group
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
@@ -400,7 +400,8 @@ def task_for(ctx: Context, spec: str) -> KernelTask:
 
 
 def _engine(ctx: Context, task: KernelTask) -> Engine:
-    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu))
+    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu,
+                                       progress=build_heartbeat))
 
 
 # ---- optimize ----------------------------------------------------------------------------

@@ -23,10 +23,12 @@ from kfbot.commands.options import add_repo_arguments, duration_argument, percen
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
+from kfbot.evaluate import report
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.steps import first_failure
-from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.task import KernelTask, TaskError, make_task
+from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.budget import Budget, Limits, spent_words
@@ -107,12 +109,12 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
-    report = scan(root, config)
-    named = [select_kernel(report.kernels, args.kernel)] if args.kernel else report.kernels
+    scanned = scan(root, config)
+    named = [select_kernel(scanned.kernels, args.kernel)] if args.kernel else scanned.kernels
     make = wanted(args.observe, named, root)
-    report = observed(root, report, make, args.file_timeout,
-                      confirm=[k.id for k in named] if args.kernel else None)
-    kernels = report.kernels
+    scanned = observed(root, scanned, make, args.file_timeout,
+                       confirm=[k.id for k in named] if args.kernel else None)
+    kernels = scanned.kernels
     chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
         [k for k in kernels if k.references]
     if not chosen:
@@ -123,7 +125,14 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:
-        task = make_task(kernel, root, config, kernels)
+        try:
+            task = make_task(kernel, root, config, kernels)
+        except TaskError as exc:  # this kernel cannot run; the others still can
+            console.print(f"{kernel.id}: not optimized: {exc}", highlight=False,
+                          markup=False, soft_wrap=True)
+            report.print_steps(unready_steps(kernel, scanned, exc), console)
+            worst = max(worst, exc.exit_code)
+            continue
         with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
             worst = max(worst, _one(task, settings, args, console, gpus))
     return worst
@@ -160,21 +169,22 @@ def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespa
             stoppers: list[Callable[[], None]]) -> tuple[OptimizeOutcome, OptimizeSettings]:
     """The search, and the settings it ran with (the time it kept for reproducing)."""
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
-    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)
+    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None,
+                                     progress=progress.build_heartbeat)
     if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
         from kfbot.search.ray_executor import RayExecutor
 
         ray = RayExecutor(task, engine_settings, args.address, build_cpus=args.build_cpus)
         with contextlib.closing(ray):
             facts = ray.preflight()
-            _require_baseline(task, facts.baseline)
+            _require_baseline(task, facts.baseline, console)
             return search_with_progress(task, settings, run_dir, llm, console, facts,
                                         ray), settings
     extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
     with Engine(task, engine_settings) as engine:
         stoppers.append(engine.builder.stop)
         engine.probe()  # no GPU: say so now, after the plan
-        _require_baseline(task, engine.baseline())
+        _require_baseline(task, engine.baseline(), console)
         if args.publish or args.publish_dry_run:  # the reproduction fits in `--time` too
             settings = replace(settings, reserve_s=FINISH_S + reproduction_s(
                 engine.builder.slowest_compile_s()))
@@ -287,8 +297,12 @@ def too_late(settings: OptimizeSettings) -> str:
             f"{need:.0f} s")
 
 
-def _require_baseline(task: KernelTask, base: Evaluation) -> None:
+def _require_baseline(task: KernelTask, base: Evaluation, console: Console) -> None:
+    """The original must pass its baseline; where it does not, every step is shown (the
+    first failure with its evidence and kfbot.yaml) before the search is refused."""
     failure = first_failure(base.steps)
+    if failure is not None or not base.ok:
+        report.print_steps(base.steps, console)
     if failure is not None and failure.step != "comparison":
         raise KfbotError(f"{task.kernel_id}: the baseline stopped at the {failure.step} step: "
                          f"{failure.summary} (`kfbot verify {task.kernel_name} --explain` "

@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -98,6 +98,9 @@ class EngineSettings:
     # A candidate's kernel compiled alone where it can be (`build.fast`); off only to
     # compare with the full build.
     fast_builds: bool = True
+    # Where the heartbeat of the repository's own build goes while it runs (build/own.py;
+    # a function of a module's top level: Ray pickles it).
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 class Engine:
@@ -111,7 +114,7 @@ class Engine:
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
         self.prep = Preparation(task, self.builder, self.request, settings.cache_dir,
-                                settings.capture_timeout_s)
+                                settings.capture_timeout_s, settings.progress)
         self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
@@ -178,7 +181,7 @@ class Engine:
     # --- builds ----------------------------------------------------------------------
 
     def build(self, candidate: Candidate) -> BuildResult:
-        return self.builder.build(self.request(candidate))
+        return self.prep.build(self.request(candidate))
 
     def request(self, candidate: Candidate) -> BuildRequest:
         return BuildRequest(
@@ -199,9 +202,9 @@ class Engine:
         kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
             self._warm_fast_path()
-            built, fallback = self.prep.original_attempt()
-            if not built.ok and fallback is not None and fallback.ok:
-                built = fallback.result(self.task.build)
+            built, own = self.prep.original_attempt()
+            if not built.ok and own is not None and own.ok:
+                built = own.result()
             if not built.ok:
                 first = next(iter(built.diagnostics), None)
                 detail = f": {first.message}" if first else ""
@@ -367,7 +370,7 @@ class Engine:
         compiled."""
         findings = [tuple(self.static_check(c)) for c in candidates]
         keep = [i for i, found in enumerate(findings) if not strict(found)]
-        built = self.builder.build_many([self.request(candidates[i]) for i in keep])
+        built = self.prep.build_many([self.request(candidates[i]) for i in keep])
         made = dict(zip(keep, built, strict=True))
         return [Prepared(found, made.get(i)) for i, found in enumerate(findings)]
 
@@ -413,9 +416,10 @@ class Engine:
         cached = load_cached(path)
         if cached is not None:
             return cached
-        gate = check_adequacy(self.task.root, self.task.test_targets, self.prep.op_ref(),
+        tree, env = self.prep.test_tree()
+        gate = check_adequacy(tree, self.task.test_targets, self.prep.op_ref(),
                               timeout_s=self.settings.capture_timeout_s,
-                              staged=self.prep.staged())
+                              staged=self.prep.staged(), extra_env=env)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
@@ -607,6 +611,7 @@ def _artifact(result: BuildResult) -> dict[str, Any]:
     return {
         "artifact": str(result.artifact),
         "module_name": result.module_name,
+        "init": result.init,
         "namespaces": dict(result.library_namespaces),
     }
 

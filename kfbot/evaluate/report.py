@@ -65,7 +65,7 @@ def print_step_details(step: StepReport, console: Console) -> None:
     lines: list[str] = []
     if step.evidence:
         lines.append("             what was checked:" if step.step == "environment" else
-                     "             the last lines of its output:")
+                     "             evidence:")
         lines += fitted((f"             | {line}" for line in step.evidence.splitlines()),
                         columns, 4)
     if step.suggestion:

@@ -27,11 +27,15 @@ _NVCC_FLAGS_AT = {
     "setup_py": "`extra_compile_args[\"nvcc\"]`",
     "load": "`extra_cuda_cflags`",
     "load_inline": "`extra_cuda_cflags`",
+    "kernel_builder": "`cuda-flags` of the [kernel] section",
+    "repository": "the nvcc flags of the repository's own build (its setup.py or CMake)",
 }
 _DEFINES_AT = {
     "setup_py": "`define_macros` (or `-D` in `extra_compile_args[\"nvcc\"]`)",
     "load": "`extra_cuda_cflags` as `-D`",
     "load_inline": "`extra_cuda_cflags` as `-D`",
+    "kernel_builder": "`cuda-flags` of the [kernel] section as `-D`",
+    "repository": "the defines of the repository's own build (its setup.py or CMake)",
 }
 
 
@@ -188,7 +192,8 @@ def _define_edit(task: KernelTask, name: str, value: str, where: str) -> str:
 def _build_line(task: KernelTask, recipe: BuildRecipe) -> str:
     """`setup.py:12` with the line's text, or the declared build in the config."""
     call = {"setup_py": "the CUDAExtension", "load": "the load() call",
-            "load_inline": "the load_inline() call"}[recipe.kind]
+            "load_inline": "the load_inline() call", "kernel_builder": "build.toml",
+            "repository": "the repository's own build"}[recipe.kind]
     if recipe.origin == "declared":
         return (f"the build declared at `{recipe.file}:{recipe.line}` (and wherever the "
                 "repository's own build passes nvcc flags)")

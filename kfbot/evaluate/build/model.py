@@ -57,6 +57,9 @@ class BuildResult:
     reused: int  # objects taken from the cache
     key: str  # cache key of the linked artifact
     path: BuildPath = "full"
+    # The `PyInit_<init>` the artifact exports, when it is not `module_name`'s: a
+    # candidate built by the repository's own build keeps the module's real name.
+    init: str = ""
 
 
 @dataclass(frozen=True)
