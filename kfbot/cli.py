@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -122,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         used.print_help(sys.stderr)
         return EXIT_USAGE
     _logging(getattr(args, "verbose", 0))
+    # A CI runner cancels a job with SIGTERM: unwound like ^C, so that the processes
+    # kfbot started (a repository's build, its tests) are killed with their groups
+    # rather than left running.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         if command in RUNS_CODE or command == "action":
             _sandbox_policy(args, command)
@@ -166,6 +171,10 @@ def _config_allows(args: argparse.Namespace, command: str) -> bool:
         return load_config(getattr(args, "config", None), repo.resolve()).sandbox.allow_unsandboxed
     except KfbotError:
         return False
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _failed(exc: KfbotError) -> int:

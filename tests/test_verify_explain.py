@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -111,9 +112,10 @@ def test_explain_names_the_failed_step_with_its_evidence(tmp_path: Path) -> None
     snippet = done.stdout[done.stdout.index("kfbot.yaml that would get past this step:"):]
     assert "kernel: csrc/twice.cu::twice_kernel" in snippet
     assert 'extra_cuda_cflags: ["-O3", "--use_fast_math"]' in snippet
-    assert lines[-3:] == ["import  skipped  not run: the build step failed",
+    assert lines[-4:] == ["import  skipped  not run: the build step failed",
                           "capture  skipped  not run: the build step failed",
-                          "reference  skipped  not run: the build step failed"]
+                          "reference  skipped  not run: the build step failed",
+                          "comparison  skipped  not run: the build step failed"]
     assert _hashes(root) == before
 
 
@@ -156,6 +158,66 @@ def test_the_tests_imports_are_checked_by_their_own_names(tmp_path: Path) -> Non
     assert "kfbot_fixture_module (which tests/conftest.py imports)" in step.summary
     assert "kfbot_optional_module" not in step.summary + step.evidence
     assert "helpers" not in step.summary and "twice_ext" not in step.summary
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _explain_kernel(root: Path, kernel: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KFBOT_CACHE": str(cache), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "kfbot", "verify", kernel, "--repo",
+                           str(root), "--explain"], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_a_build_it_cannot_tell_is_a_failed_step_with_its_evidence(tmp_path: Path) -> None:
+    """No setup.py, no load(): what used to stop with an error and no steps."""
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "setup_rowsum", root)
+    (root / "setup.py").unlink()
+    done = _explain_kernel(root, "rowsum_kernel", tmp_path / "cache")
+    assert done.returncode == 1, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert lines[0] == ("pair  ok  1 test calls the op: "
+                        "tests/test_rowsum.py::test_rowsum_matches_torch")
+    assert lines[1].startswith("build  FAILED  kfbot cannot tell how this kernel is built: "
+                               "no setup.py, pyproject.toml, load() or load_inline() the scan "
+                               "could read compiles rowsum_kernel.cu")
+    assert "| bound by rowsum.cpp:20 (pybind11 TORCH_EXTENSION_NAME.rowsum)" in lines
+    snippet = done.stdout[done.stdout.index("kfbot.yaml that would get past this step:"):]
+    # The repository's own names: the module its test imports, the files that hold the
+    # kernel and the binding that reaches it.
+    assert "name: rowsum_ext" in snippet
+    assert "sources: [rowsum.cpp, rowsum_kernel.cu]" in snippet
+    assert [line.split("  ")[0] for line in lines if "  " in line and not
+            line.startswith(("|", "tasks", "-", "kernel", "build:", "kind", "name", "sources",
+                             "extra", "evidence", "kfbot.yaml"))] == \
+        ["pair", "build", "import", "capture", "reference", "comparison"]
+    assert lines[-1] == "comparison  skipped  not run: the build step failed"
+    assert "kfbot: error" not in done.stderr
+
+
+def test_a_kernel_no_binding_reaches_fails_at_the_pair_step(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "setup_rowsum", root)
+    (root / "rowsum.cpp").write_text("// the bindings moved elsewhere\n")
+    done = _explain_kernel(root, "rowsum_kernel", tmp_path / "cache")
+    assert done.returncode == 1, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert lines[0].startswith("pair  FAILED  no Python binding reaches the kernel: it is "
+                               "launched from launch_rowsum")
+    assert any(line.startswith("| rowsum_kernel.cu:") and "launched in launch_rowsum" in line
+               for line in lines)
+    assert lines[-5:] == ["build  skipped  not run: the pair step failed (the build: setup_py "
+                          "rowsum_ext (setup.py:8))",
+                          *(f"{step}  skipped  not run: the pair step failed"
+                            for step in ("import", "capture", "reference", "comparison"))]
+    # Without --explain: the same failure in one line, and how to see the rest.
+    plain = subprocess.run([sys.executable, "-m", "kfbot", "verify", "rowsum_kernel", "--repo",
+                            str(root)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "KFBOT_CACHE": str(tmp_path / "cache")})
+    assert plain.returncode == 1
+    assert "no Python binding reaches this kernel" in plain.stderr
 
 
 def _hashes(root: Path) -> dict[str, str]:

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,14 +31,14 @@ from github.Repository import Repository
 from kfbot import credentials, git
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
-from kfbot.commands.progress import log_group
+from kfbot.commands.progress import build_heartbeat, log_group
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.worker import WorkerSession
 from kfbot.github import action_io
-from kfbot.github.action_io import ActionInputs, Annotation, Level, Result
+from kfbot.github.action_io import ActionInputs, Annotation, Level, Result, search_seconds
 from kfbot.github.api import DEFAULT_RETRY, call, connect, repository
 from kfbot.github.authorize import Head, policy_on_default_branch
 from kfbot.github.comments import (
@@ -400,7 +401,8 @@ def task_for(ctx: Context, spec: str) -> KernelTask:
 
 
 def _engine(ctx: Context, task: KernelTask) -> Engine:
-    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu))
+    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu,
+                                       progress=build_heartbeat))
 
 
 # ---- optimize ----------------------------------------------------------------------------
@@ -414,11 +416,12 @@ class SearchSettings:
 
 
 def _search_settings(inputs: ActionInputs, command: Command | None = None) -> SearchSettings:
-    """The comment's options where it gives them, else the action's inputs."""
+    """The comment's options where it gives them, else the action's inputs. The time is
+    the job's: the search keeps a margin below it (`search_seconds`)."""
     budget = command.budget if command and command.budget else inputs.budget
     seconds = command.time if command and command.time else inputs.time
     islands = command.islands if command and command.islands else inputs.islands
-    return SearchSettings(budget, seconds, islands)
+    return SearchSettings(budget, search_seconds(seconds), islands)
 
 
 def optimize_all(ctx: Context) -> Result:
@@ -431,10 +434,14 @@ def optimize_all(ctx: Context) -> Result:
         raise KfbotError(f"{ctx.root}: no kernel with a reference test to optimize")
     github = ctx.github_config(config.github)
     settings = _search_settings(ctx.inputs)
+    started = time.monotonic()
     results = []
-    for spec in specs:
+    for index, spec in enumerate(specs):
+        # The kernels share the time: each gets an equal part of what is left.
+        left = (settings.seconds or 0.0) - (time.monotonic() - started)
+        share = dataclasses.replace(settings, seconds=max(left, 0.0) / (len(specs) - index))
         with log_group(f"kfbot optimize {spec}", sys.stdout):
-            results.append(optimize_kernel(ctx, spec, settings, github, None))
+            results.append(optimize_kernel(ctx, spec, share, github, None))
     return _combined(results)
 
 
@@ -468,7 +475,7 @@ def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
 
     seed = int.from_bytes(os.urandom(4), "little") >> 1
     return OptimizeSettings(islands=s.islands, seed=seed, evaluations=s.evaluations,
-                            seconds=s.seconds)
+                            seconds=s.seconds, started=time.monotonic())
 
 
 def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
@@ -502,22 +509,54 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
 def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                         github: GithubConfig, before_publish: Callable[[], None] | None,
                         status: Callable[[str], None] | None) -> Result:
-    from kfbot.github.publish import PublishSettings, publish, winner_of
-    from kfbot.search.budget import Budget, Limits
-    from kfbot.search.experience import DEFAULT_PATH, read_lessons
-    from kfbot.search.llm import LlmMutator, LlmSettings
-    from kfbot.search.runfolder import reproduce_run
+    from kfbot.commands.optimize import call_all
+    from kfbot.search.stopping import RunStopped, stop_on
 
     settings = _optimize_settings(s)
     run_dir = kfbot_folder(task.root, "runs", f"{task.kernel_name}-{settings.seed}")
+    stoppers: list[Callable[[], None]] = []
+    try:  # the runner's SIGINT/SIGTERM at a timeout or a cancel: the report is kept
+        with stop_on(settings.seconds, settings.started, lambda: call_all(stoppers)):
+            outcome, settings = _searched(ctx, task, settings, run_dir, status, stoppers)
+            return _published(ctx, task, outcome, settings, run_dir, github, before_publish)
+    except RunStopped as stop:
+        return Result(f"{task.kernel_name}: stopped ({stop.reason})", "", stop.exit_code)
+
+
+def _searched(ctx: Context, task: KernelTask, settings: OptimizeSettings, run_dir: Path,
+              status: Callable[[str], None] | None, stoppers: list[Callable[[], None]]
+              ) -> tuple[OptimizeOutcome, OptimizeSettings]:
+    """The search, and the settings it ran with (the time it kept for reproducing)."""
+    from kfbot.commands.optimize import FINISH_S, reproduction_s
+    from kfbot.search.budget import Budget, Limits
+    from kfbot.search.llm import LlmMutator, LlmSettings
+
     with _engine(ctx, task) as engine:
+        stoppers.append(engine.builder.stop)
         base = engine.baseline()
         if not base.ok:
             raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
                              f"{base.reason}")
         llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()), ctx.inputs.anthropic_api_key)
-        outcome = _search(task, engine, settings, run_dir, llm, status)
+        kept = FINISH_S + reproduction_s(engine.builder.slowest_compile_s())
+        settings = dataclasses.replace(settings, reserve_s=kept)
+        return _search(task, engine, settings, run_dir, llm, status), settings
+
+
+def _published(ctx: Context, task: KernelTask, outcome: OptimizeOutcome,
+               settings: OptimizeSettings, run_dir: Path, github: GithubConfig,
+               before_publish: Callable[[], None] | None) -> Result:
+    from kfbot.commands.optimize import too_late
+    from kfbot.github.publish import PublishSettings, publish, winner_of
+    from kfbot.search.experience import DEFAULT_PATH, read_lessons
+    from kfbot.search.runfolder import reproduce_run
+
     report = outcome.files["report"].read_text(encoding="utf-8")
+    if outcome.interrupted:
+        said = "nothing confirmed yet" if outcome.committed is None else \
+            f"{outcome.committed[0].speedup or 0:.2f}x confirmed, not published"
+        return Result(f"{task.kernel_name}: stopped ({outcome.interrupted}): {said}", report,
+                      outcome.exit_code)
     if outcome.committed is None:  # the report's headline says so, and why
         return Result(f"{task.kernel_name}: nothing committed: no candidate that changes "
                       "files only was correct and significantly faster", report)
@@ -526,6 +565,10 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
     lessons = tuple(lesson for lesson in read_lessons(kfbot_folder(task.root, DEFAULT_PATH.name))
                     if lesson.kernel == task.kernel_id and lesson.date == today)
     found = f"{task.kernel_name}: {best.speedup or 0:.2f}x"
+    late = too_late(settings)
+    if late:
+        return Result(f"{found}, not published: {late}", report, EXIT_FAILURE,
+                      best_speedup=best.speedup)
     try:  # the patch alone, timed by a second timer: publishing needs it to agree
         reproduction = reproduce_run(run_dir, cache_dir(), ctx.inputs.gpu)
     except KfbotError as exc:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kfbot.commands.options import duration_argument
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.scan.model import Kernel, Observations, ScanReport
 from kfbot.scan.observed import load, save, with_observations
@@ -40,9 +41,10 @@ def add_observe_arguments(p: argparse.ArgumentParser, always: bool = False) -> N
         group.add_argument("--no-observe", dest="observe", action="store_const",
                            const="never", help="use only the static pairing")
         p.set_defaults(observe="auto")
-    p.add_argument("--file-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="with an observation: the most one test file or script may take "
-                        "(default 300)")
+    p.add_argument("--file-timeout", type=duration_argument, default=300.0,
+                   metavar="DURATION",
+                   help="with an observation: the most one test file or script may take, "
+                        "with a unit: 90s, 5m (default: 5m)")
 
 
 def observed(root: Path, report: ScanReport, make: bool, file_timeout_s: float = 300.0,

@@ -359,15 +359,17 @@ class Capture:
         elif described is not None:
             self._keep(described)
         if self.request.mutant:
-            return self._mutated(op, result, args)
+            return self._mutated(op, result, args, kwargs, original)
         return result
 
-    def _mutated(self, op: str, result: object, args: Sequence[object]) -> object:
-        """The op's result replaced by a trivial mutant, to see whether the test notices."""
+    def _mutated(self, op: str, result: object, args: Sequence[object],
+                 kwargs: Mapping[str, object], original: AnyCallable) -> object:
+        """The op's result replaced by a trivial mutant, to see whether the test notices
+        (some mutants call the op again, on inputs of their own)."""
         from kfbot.anticheat.mutants import NotApplicable, mutate
 
         try:
-            return mutate(str(self.request.mutant), result, args)
+            return mutate(str(self.request.mutant), result, args, kwargs, original)
         except NotApplicable as exc:
             self.error(f"{op}: mutant not applicable: {exc}")
             return result

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from kfbot.evaluate.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
+from kfbot.evaluate.light import light_text
 from kfbot.evaluate.steps import StepReport, first_failure
 from kfbot.terminal import fitted, wrapped
 
@@ -32,8 +33,9 @@ def verdict_line(name: str, ev: Evaluation) -> str:
     shapes = f"{len(ratios)} shape{'s' if len(ratios) != 1 else ''}"
     spread = f"per shape {min(ratios):.2f}x-{max(ratios):.2f}x" if len(ratios) > 1 else \
         f"95% CI {ev.timings[0].speedup.ci_low:.2f}-{ev.timings[0].speedup.ci_high:.2f}"
+    light = f", {ev.light:.0f}% of the speed of light" if ev.light is not None else ""
     return (f"{name}: {ev.speedup:.2f}x {MARKS[ev.verdict or 'noise']} (geometric mean over "
-            f"{shapes}; {spread}) on {gpu}, verified on {len(ev.checks)} checks")
+            f"{shapes}; {spread}){light} on {gpu}, verified on {len(ev.checks)} checks")
 
 
 def print_steps(steps: Sequence[StepReport], console: Console, details: bool = True) -> None:
@@ -63,7 +65,7 @@ def print_step_details(step: StepReport, console: Console) -> None:
     lines: list[str] = []
     if step.evidence:
         lines.append("             what was checked:" if step.step == "environment" else
-                     "             the last lines of its output:")
+                     "             evidence:")
         lines += fitted((f"             | {line}" for line in step.evidence.splitlines()),
                         columns, 4)
     if step.suggestion:
@@ -103,8 +105,10 @@ def print_checks(ev: Evaluation, console: Console) -> None:
 
 
 def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
-    table = Table(title="benchmark (µs, median ± IQR; speedup = original / candidate)")
-    for col in ("input", "original", "candidate", "speedup", "95% CI", "verdict", "bound"):
+    table = Table(title="benchmark (µs, median ± IQR; speedup = original / candidate; "
+                        "% of light = the floor this GPU allows / the candidate's time)")
+    for col in ("input", "original", "candidate", "speedup", "95% CI", "verdict",
+                "% of light", "floor µs", "bound"):
         table.add_column(col)
     for t in timings:
         s = t.speedup
@@ -115,9 +119,17 @@ def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
             f"{s.ratio:.3f}x",
             f"{s.ci_low:.3f}-{s.ci_high:.3f}",
             MARKS[s.verdict],
+            light_text(t.light),
+            _floor_text(t),
             t.bound,
         )
     console.print(table)
+
+
+def _floor_text(t: ShapeTiming) -> str:
+    if t.floor is None:
+        return "–"
+    return f"{t.floor.us:.2f} ({t.floor.bound})"
 
 
 def print_findings(ev: Evaluation, console: Console) -> None:
@@ -125,7 +137,7 @@ def print_findings(ev: Evaluation, console: Console) -> None:
     for f in ev.findings:
         if f.check == CONTRACT_FINDING:
             continue
-        style = "red" if f.severity == "strict" else "yellow"
+        style = {"strict": "red", "warn": "yellow"}.get(f.severity, "dim")
         where = f"\n    {f.evidence}" if f.evidence else ""
         text = escape(f"[{f.check}] {f.reason}{where}")
         console.print(f"[{style}]{f.layer} {f.severity}[/{style}] {text}", highlight=False)
@@ -182,6 +194,11 @@ def _timing_json(t: ShapeTiming) -> dict[str, Any]:
         "bandwidth_bytes_per_s": t.bandwidth,
         "flop_per_s": t.flop_rate,
         "bound": t.bound,
+        "floor_us": t.floor.us if t.floor else None,
+        "floor_bound": t.floor.bound if t.floor else None,
+        "floor_flops_from": t.floor.flops_from if t.floor else None,
+        "percent_of_light": t.light,
+        "original_percent_of_light": t.original_light,
         "signature": dict(t.signature) if t.signature else None,
     }
 
@@ -190,15 +207,17 @@ def to_markdown(name: str, ev: Evaluation) -> str:
     lines = [f"**{verdict_line(name, ev)}**", ""]
     if ev.timings:
         lines += [
-            "| input | original µs | candidate µs | speedup | 95% CI | verdict |",
-            "|---|---|---|---|---|---|",
+            "| input | original µs | candidate µs | speedup | 95% CI | verdict "
+            "| % of speed of light |",
+            "|---|---|---|---|---|---|---|",
         ]
         for t in ev.timings:
             s = t.speedup
             lines.append(
                 f"| {t.input} | {s.baseline.median:.2f} ± {s.baseline.iqr:.2f} | "
                 f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f} | {s.ratio:.3f}x | "
-                f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} |"
+                f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | "
+                f"{light_text(t.light)} |"
             )
     cheats = [f for f in ev.findings if f.check != CONTRACT_FINDING]
     about = [f for f in ev.findings if f.check == CONTRACT_FINDING]

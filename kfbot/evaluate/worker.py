@@ -236,7 +236,8 @@ class WorkerSession:
     directory, which `python -m` also puts first on its import path; `preload` names
     modules imported once at startup (e.g. "torch"), under `startup_timeout_s` rather
     than the first job's timeout. The child runs in the sandbox, which shows it `cwd`,
-    `python_path` and `readable` (the folders of the builds it will load) read-only.
+    `python_path` and `readable` (the folders of the builds it will load) read-only, and
+    lets it write `writable` (folders that exist when it starts).
     """
 
     def __init__(
@@ -252,10 +253,12 @@ class WorkerSession:
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         python: str = sys.executable,
         readable: Sequence[str | Path] = (),
+        writable: Sequence[str | Path] = (),
     ) -> None:
         self._env = self._child_env(gpu, env, python_path)
         self._cwd = None if cwd is None else str(cwd)
         self._readable = tuple(readable)
+        self._writable = tuple(writable)
         self._preload = tuple(preload)
         self._output_cap = output_cap_bytes
         self._tail_bytes = tail_bytes
@@ -328,11 +331,12 @@ class WorkerSession:
         command += ["--requests", str(requests_r), "--results", str(results_w)]
         for module in self._preload:
             command += ["--preload", module]
-        # In the sandbox it writes nothing but its private /tmp and home (and profiles,
-        # when asked for): what it loads is kfbot's builds, what it says goes by the pipes.
+        # In the sandbox it writes nothing but its private /tmp and home, `writable` and
+        # profiles when asked for: what it loads is kfbot's builds, what it says goes by
+        # the pipes.
         profiles = [self._env[PROFILE_ENV]] if self._env.get(PROFILE_ENV) else []
-        command = confined(command, self._cwd or os.getcwd(), profiles, self._readable,
-                           self._env)
+        command = confined(command, self._cwd or os.getcwd(), [*self._writable, *profiles],
+                           self._readable, self._env)
         try:
             proc = subprocess.Popen(
                 command,

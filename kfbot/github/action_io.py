@@ -160,6 +160,23 @@ def read_inputs(env: Mapping[str, str]) -> ActionInputs:
     return ActionInputs(**values)  # type: ignore[arg-type]
 
 
+# GitHub ends a job after 360 minutes unless its `timeout-minutes` says otherwise.
+GITHUB_JOB_LIMIT_S = 360 * 60.0
+# Of the `time` input, kept for what the job does besides kfbot's search: installing,
+# publishing, the summary, uploading the run folder.
+MARGIN_SHARE = 0.10
+MARGIN_MIN_S = 120.0
+MARGIN_MAX_S = 900.0
+
+
+def search_seconds(time_input: float | None) -> float:
+    """The seconds optimize may take of the job's `time` (GitHub's job limit when it is
+    empty): that less a margin of 10 %, 2 to 15 minutes, and never less than half."""
+    total = time_input if time_input is not None else GITHUB_JOB_LIMIT_S
+    margin = min(max(MARGIN_SHARE * total, MARGIN_MIN_S), MARGIN_MAX_S)
+    return max(total - margin, total / 2)
+
+
 @dataclass(frozen=True)
 class Result:
     """What a run did, for the summary, the outputs and the exit code."""

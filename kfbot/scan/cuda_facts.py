@@ -230,9 +230,18 @@ class Ctx:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
         if fn.start_byte not in self._names:
             name = declarator_name(fn.child_by_field_name("declarator"))
-            parts = [*self.scope_of(fn), compact(tsx.text(name))] if name is not None else []
+            parts = [*self.scope_of(fn), _declared(compact(tsx.text(name)))] \
+                if name is not None else []
             self._names[fn.start_byte] = "::".join(p for p in parts if p) or None
         return self._names[fn.start_byte]
+
+
+def _declared(name: str) -> str:
+    """The function's own name where an export macro before the return type
+    (`CLUSTER_API torch::Tensor fps(...)`) made the parser read the type into it."""
+    if " " in name and not name.startswith("operator") and "<" not in name:
+        return name.rsplit(" ", 1)[-1]
+    return name
 
 
 def _syntax_problems(ctx: Ctx, tree: tsx.Tree) -> Iterable[Problem]:

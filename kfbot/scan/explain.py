@@ -56,7 +56,8 @@ def _summary(kernel: Kernel) -> list[str]:
         fn = f" -> {b.cpp_function}" if b.cpp_function else " (schema)"
         out.append(f"  bound       {b.module}.{b.name}{fn} ({b.file}:{b.line})")
     for build in kernel.builds:
-        out.append(f"  built       {build.kind} {build.name} ({build.file}:{build.line})")
+        out.append(f"  built       {build.kind} {build.name or build.file} "
+                   f"({build.file}:{build.line})")
         out += [f"              cannot tell: {note}" for note in build.cannot_tell]
     return out
 

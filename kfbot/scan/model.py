@@ -90,8 +90,10 @@ class BuildRecipe:
     """How the repository builds an extension that holds kernels."""
 
     # kernel_builder: a Hugging Face kernel-builder `build.toml` (sources, flags and
-    # capabilities per [kernel.*] section; the builder writes registration.h and _ops.py)
-    kind: Literal["setup_py", "load", "load_inline", "kernel_builder"]
+    # capabilities per [kernel.*] section; the builder writes registration.h and _ops.py).
+    # repository: the repository builds itself (`file` is its setup.py or pyproject.toml,
+    # which may run CMake); which library holds the kernel is found after the build.
+    kind: Literal["setup_py", "load", "load_inline", "kernel_builder", "repository"]
     name: str  # extension / module name
     file: str
     line: int
@@ -436,5 +438,8 @@ class ScanReport:
     # Calls from tests into the repository's Python code that led to no op, each
     # "test file:line: test calls NAME; the first link not followed: file:line: why".
     unfollowed: tuple[str, ...] = ()
+    # Every build the scan read, whether or not it compiles a kernel (what a kernel
+    # without a build is told about).
+    builds: tuple[BuildRecipe, ...] = ()
     observed: Observations | None = None  # the tests run on a GPU, when kfbot has
 

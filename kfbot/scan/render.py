@@ -318,7 +318,7 @@ def _binding_cell(k: Kernel) -> str:
 def _build_cell(k: Kernel) -> str:
     if not k.builds:
         return "unknown"
-    return "\n".join(f"{b.kind} {b.name} ({b.file}:{b.line})"
+    return "\n".join(f"{b.kind} {b.name or b.file} ({b.file}:{b.line})"
                      + (" [declared]" if b.origin == "declared" else "") for b in k.builds)
 
 

@@ -162,7 +162,9 @@ def diagnosis_of(ev: Evaluation) -> str:
 
 def _lines_of(ev: Evaluation, limit: int = 8) -> tuple[str, ...]:
     """Compiler and verification lines worth showing the LLM: errors and resources first."""
-    lines = [f"{d.stage}/{d.kind}: {d.message}" for d in ev.diagnostics]
+    # How the build was made (fast path or whole) says nothing about the kernel.
+    lines = [f"{d.stage}/{d.kind}: {d.message}" for d in ev.diagnostics
+             if d.kind != "build_path"]
     lines += [f"{c.input} vs {c.against}: {c.error or c.description}"
               for c in ev.checks if not c.passed]
     return tuple(line[:300] for line in lines[:limit])

@@ -5,7 +5,8 @@
 
 1. Build every extension the scan found, under the names the repository uses, and
    stage the builds for its tests (`repository_build`); one that does not build is
-   said, and the tests that import it run without it.
+   said, and the tests that import it run without it. A repository that builds itself
+   (a build of kind `repository`) is built its own way, and its tests run in that tree.
 2. Run every test file and the scripts that reach an extension, each file in its own
    sandboxed process with its own time limit (`capture_run`), under the recorder: per
    test, the kernels it launched (torch's profiler), the ops they came through, its
@@ -28,7 +29,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -38,6 +39,7 @@ from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.observe import names
 from kfbot.evaluate.observe.mutants import NoMutant, silent
+from kfbot.evaluate.observe.own_tree import own_mutant_tree, own_tree
 from kfbot.evaluate.observe.protocol import ObserveRequest, RunRecord
 from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.signature import OpRef
@@ -86,7 +88,9 @@ def observe(root: Path, report: ScanReport, builder: Builder,
     scripts = script_targets(root, report)
     if not tests and not scripts:
         return Observations(key, note="no test file or script to run")
-    first = _run(root, tests, scripts, ops, staged, settings, ObserveRequest("", profile=True))
+    tree, settings, said = _own_tree(root, report, builder, settings)
+    notes += said
+    first = _run(tree, tests, scripts, ops, staged, settings, ObserveRequest("", profile=True))
     seen, foreign = _gather(first.observed, report.kernels, _called(first))
     kernels = []
     for kernel in report.kernels:
@@ -154,6 +158,8 @@ def _build_originals(root: Path, report: ScanReport, builder: Builder
     built: dict[tuple[str, str], tuple[StagedModule, ...]] = {}
     notes = []
     for recipe in _recipes(report.kernels):
+        if recipe.kind == "repository":
+            continue  # the repository builds it: the tests run in that build's tree
         result = builder.build(BuildRequest(recipe, root, tag="repo", real_names=True,
                                             inline_sources=inline_sources(root, recipe, {})))
         if not result.ok:
@@ -164,6 +170,23 @@ def _build_originals(root: Path, report: ScanReport, builder: Builder
             continue
         built[_recipe_key(recipe)] = staged_modules(root, recipe, result)
     return built, notes
+
+
+def _own_tree(root: Path, report: ScanReport, builder: Builder, settings: ObserveSettings
+              ) -> tuple[Path, ObserveSettings, list[str]]:
+    """Where the tests run: in the tree of the repository's own build where it builds
+    itself (`own_tree`), else in the repository."""
+    own = [r for r in _recipes(report.kernels) if r.kind == "repository"]
+    if not own:
+        return root, settings, []
+    made = own_tree(root, own[0], _own_cache(builder), settings.extra_env)
+    if isinstance(made, str):
+        return root, settings, [f"{made}; its tests ran without it"]
+    return made[0], replace(settings, extra_env=made[1]), []
+
+
+def _own_cache(builder: Builder) -> Path:
+    return builder.cache_dir.parent / "own"
 
 
 def _recipes(kernels: Iterable[Kernel]) -> list[BuildRecipe]:
@@ -234,12 +257,22 @@ def _judge(root: Path, kernel: Kernel, tests: Mapping[str, _Seen],
     passing = [t for t, s in tests.items() if s.outcome == "passed"]
     if not passing:
         return _unjudged(tests, "")
-    staged = _mutant_staged(root, kernel, built, builder)
-    if isinstance(staged, NoMutant):
-        return _unjudged(tests, staged.reason)
+    where = root
+    staged: tuple[StagedModule, ...] = ()
+    if kernel.builds and _recipe(kernel).kind == "repository":
+        tree = own_mutant_tree(root, kernel, _recipe(kernel), _own_cache(builder),
+                               settings.extra_env)
+        if isinstance(tree, NoMutant):
+            return _unjudged(tests, tree.reason)
+        where, settings = tree[0], replace(settings, extra_env=tree[1])
+    else:
+        made = _mutant_staged(root, kernel, built, builder)
+        if isinstance(made, NoMutant):
+            return _unjudged(tests, made.reason)
+        staged = made
     nodes = [t for t in passing if "::" in t]
     scripts = [t for t in passing if "::" not in t]
-    rerun = _run(root, nodes, scripts, ops, staged, settings,
+    rerun = _run(where, nodes, scripts, ops, staged, settings,
                  ObserveRequest("", profile=False, poison=True))
     outcomes = _outcomes(rerun)
     out = []
