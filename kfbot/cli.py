@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # rather than left running.
     signal.signal(signal.SIGTERM, _terminated)
     try:
-        if command in RUNS_CODE or command == "action":
+        # `scan --observe` runs the repository's tests too (a plain scan stays light).
+        if command in RUNS_CODE or command == "action" or getattr(args, "observe", False):
             _sandbox_policy(args, command)
         return int(args.run(args))
     except KfbotError as exc:

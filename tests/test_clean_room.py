@@ -36,8 +36,12 @@ def _sets() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def judge() -> Any:
-    with WorkerSession(cwd=REPO, python_path=[KFBOT_PARENT, str(REPO)]) as session:
+def judge(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    # The judge reads the saved outputs by path: the tests save them under the test run's
+    # temporary folder, which the sandbox shows only when named (the engine names its
+    # cache, where the clean room's folder lies).
+    with WorkerSession(cwd=REPO, python_path=[KFBOT_PARENT, str(REPO)],
+                       readable=[tmp_path_factory.getbasetemp()]) as session:
         yield lambda saved: session.call(CLEAN_ROOM_JOB, {**PAYLOAD, "saved": saved},
                                          timeout_s=120)
 

@@ -91,17 +91,15 @@ def test_attack():
 DRIVER_SETUP = """
 import json, sys
 from pathlib import Path
+from kfbot.evaluate.build.own import OwnBuilder, own_recipe
 from kfbot.evaluate.processes import run_process
-from kfbot.evaluate.repository_build import setup_py_fallback
 from kfbot.evaluate.sandbox import sandbox, untrusted_env
-from kfbot.scan.model import BuildRecipe
 root, scratch = Path(sys.argv[1]), Path(sys.argv[2])
-recipe = BuildRecipe(kind="setup_py", name="pkg._C", file="setup.py", line=1)
-fallback = setup_py_fallback(root, recipe, scratch, timeout_s=120)
+build = OwnBuilder(scratch, timeout_s=120).original(root, own_recipe("setup.py"))
 crash = run_process(["sh", "-c", "kill -SEGV $$"], scratch, untrusted_env(), 30,
                     scratch / "crash.log")
-print(json.dumps({"method": sandbox().method, "why": fallback.why,
-                  "tail": fallback.evidence(), "crash": crash.exit_code}))
+print(json.dumps({"method": sandbox().method, "why": build.why, "tail": build.tail,
+                  "workshop": str(build.workshop), "crash": crash.exit_code}))
 """
 DRIVER_CAPTURE = """
 import json, sys
@@ -219,7 +217,7 @@ def _fill(template: str, **values: str) -> str:
     return template.format(planted=PLANTED, **values)
 
 
-# ---- a repository's setup.py, run by the repository build ----------------------------------
+# ---- a repository's setup.py, run by the repository's own build ----------------------------
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +234,7 @@ def setup_attack(method_path: tuple[str, str], secret_holder: None,
     _checkout(root, {"setup.py": setup, "pkg/__init__.py": ""})
     config_before = git_config.read_bytes()
     ran = _drive(DRIVER_SETUP, path, str(root), str(tmp / "scratch"))
-    report = json.loads((tmp / "scratch" / "repo" / "attack.json").read_text())
+    report = json.loads((Path(ran["workshop"]) / "attack.json").read_text())
     return {"ran": ran, "report": report, "mark": mark, "outside": outside,
             "config_before": config_before, "git_config": git_config, "method": method}
 

@@ -333,3 +333,17 @@ def test_the_worker_reads_the_folders_it_is_shown(tmp_path: Path) -> None:
         with WorkerSession(python_path=[TESTS_DIR]) as live:
             hidden = live.call(job("read_file"), {"path": str(build)}, SLACK_S)
         assert hidden.status == "error" and "No such file" in hidden.reason, hidden.reason
+
+
+def test_the_worker_writes_only_the_folders_it_is_given(tmp_path: Path) -> None:
+    """As the clean room's folder is given to the candidate's worker, and nothing else."""
+    given, other = tmp_path / "clean-room", Path(__file__).parent / "planted-by-a-job.txt"
+    given.mkdir()
+    with WorkerSession(python_path=[TESTS_DIR], writable=[given]) as live:
+        saved = live.call(job("write_file"), {"path": str(given / "0.pt")}, SLACK_S)
+        planted = live.call(job("write_file"), {"path": str(other)}, SLACK_S)
+    assert saved.ok and (given / "0.pt").read_text() == "saved", saved.reason
+    if sandbox().available:  # (unsandboxed, it writes wherever its user may)
+        assert not planted.ok and "Read-only file system" in planted.reason
+        assert not other.exists()
+    other.unlink(missing_ok=True)

@@ -154,3 +154,10 @@ def leave_a_fault(payload: Payload) -> Payload:
     x = torch.zeros(4, device="cuda")
     x[torch.tensor([1 << 20], device="cuda")]  # launched for its fault, never read
     return {"left": True}
+
+
+def write_file(payload: Payload) -> Payload:
+    """What a candidate's worker does for the clean room: save outputs by path."""
+    with open(payload["path"], "w") as f:
+        f.write("saved")
+    return {"written": True}
