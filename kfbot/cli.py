@@ -129,8 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     try:
         # `scan --observe` runs the repository's tests too (a plain scan stays light).
-        if command in RUNS_CODE or command == "action" or getattr(args, "observe", False):
-            _sandbox_policy(args, command)
+        name = str(getattr(args, "command", None) or command or "")
+        if name in RUNS_CODE or name == "action" or getattr(args, "observe", False):
+            _sandbox_policy(args, name)
         return int(args.run(args))
     except KfbotError as exc:
         return _failed(exc)
