@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -338,24 +337,19 @@ def test_python_edit_allows_string_contents_only() -> None:
     assert broken.evidence == f"softmax_inline.py:{line_of(bad, 'oops')}: def oops(:"
 
 
-def test_the_engine_timing_budget() -> None:
-    """Three 200-line units, original and candidate: well under 50 ms once the queries
-    are compiled (the bound leaves slack for a loaded CI machine)."""
+def test_large_fresh_units_are_read_whole() -> None:
+    """Three 200-line units, original and candidate, none from the cache: the one library
+    call the candidate adds is found. (What this costs is printed by
+    `bench/static_checks.py`: performance is a bench's figure, not a test's.)"""
     def units(tag: str) -> tuple[Source, ...]:
         body = "".join(ORIGINAL.replace("gelu", f"gelu{i}") for i in range(6))  # ~200 lines
         return tuple(Source(f"csrc/u{i}.cu", f"// {tag}\n{body}") for i in range(3))
 
-    def inp(tag: str) -> StaticInput:
-        original = units(tag)
-        candidate = tuple(Source(s.path, edit("host", "y = at::gelu(x);", s.text))
-                          for s in original)
-        return StaticInput(original=original, candidate=candidate, changed={}, allowed=())
-
-    static_findings(inp("warm-up"))  # compiles the queries once per process
-    fresh = inp("timed")  # new texts on both sides: nothing comes from the cache
-    start = time.perf_counter()
+    original = units("fresh")
+    candidate = tuple(Source(s.path, edit("host", "y = at::gelu(x);", s.text))
+                      for s in original)
+    fresh = StaticInput(original=original, candidate=candidate, changed={}, allowed=())
     found = static_findings(fresh)
-    assert time.perf_counter() - start < 0.2
     assert [f.check for f in found] == ["library-call"]
     assert sum(s.text.count("\n") for s in fresh.original) >= 550
 
