@@ -92,8 +92,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[KernelTask, OptimizeO
     records = {flags.hash: _measured(flags, 1.24), restrict.hash: _measured(restrict, 1.10),
                bounds.hash: failed(bounds.hash, "correctness", "tail block differs")}
     run_dir = root / ".kfbot" / "runs" / "replayed"
-    outcome = optimize(task, _Gpu(), OptimizeSettings(islands=1, seed=3, evaluations=6,
-                                                      batch=6),
+    outcome = optimize(task, _Gpu(), OptimizeSettings(islands=1, seed=3, evaluations=16,
+                                                      batch=16),
                        run_dir, executor=ReplayExecutor(records))
     return task, outcome, run_dir, {"flags": flags, "restrict": restrict}
 

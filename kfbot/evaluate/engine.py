@@ -26,7 +26,7 @@ from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
-from kfbot.anticheat.sources import kernel_names, static_input, units
+from kfbot.anticheat.sources import kernel_names, recipe_for, static_input, units
 from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
@@ -152,8 +152,10 @@ class Engine:
         return self.builder.build(self.request(candidate))
 
     def request(self, candidate: Candidate) -> BuildRequest:
+        # A candidate may carry compiler settings in the build file's flag list: its
+        # build is the repository's with those flags, as a branch would build it.
         return BuildRequest(
-            recipe=self.task.build,
+            recipe=recipe_for(self.task, candidate.files),
             root=self.task.root,
             files=dict(candidate.files),
             params=dict(candidate.params),

@@ -42,6 +42,7 @@ from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor
 from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
 from kfbot.search.features import cell_of
+from kfbot.search.flags import FlagSpace, flag_space
 from kfbot.search.heldout import time_held_out
 from kfbot.search.islands import (
     Evaluate,
@@ -69,6 +70,8 @@ from kfbot.search.report import (
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
+from kfbot.search.sections import dropped_markdown, llm_markdown, llm_spend
+from kfbot.search.target import target_code
 from kfbot.search.winner import (
     Confirmed,
     NeedsParameters,
@@ -102,6 +105,7 @@ class Plan:
     knob_notes: tuple[str, ...] = ()
     # One line per rewrite: applies (through helpers or not), or why it does not.
     rule_notes: tuple[str, ...] = ()
+    flag_lines: tuple[str, ...] = ()  # the compiler settings searched, or why none
 
     def lines(self) -> list[str]:
         s = self.settings
@@ -120,6 +124,7 @@ class Plan:
         out += [f"  {note}" for note in self.knob_notes]
         out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
         out += [f"  {note}" for note in self.rule_notes]
+        out += self.flag_lines
         out.append(f"llm: {self.llm}")
         return out
 
@@ -133,7 +138,7 @@ def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
     why = explain_rewrites(mut.base_files(), task.editable_files, task.kernel_name,
                            mut.rewrites)
     return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes,
-                tuple(why))
+                tuple(why), flag_plan(task))
 
 
 def task_knobs(task: KernelTask) -> Reach:
@@ -142,6 +147,25 @@ def task_knobs(task: KernelTask) -> Reach:
              if (task.root / rel).is_file()}
     return reaching_knobs(files, task.editable_files, task.kernel_name, task.tunables,
                           shared_names(task))
+
+
+def task_flags(task: KernelTask) -> FlagSpace | None:
+    """The compiler settings the task's build file can carry (None: it cannot)."""
+    found = _flag_space(task)
+    return found if isinstance(found, FlagSpace) else None
+
+
+def flag_plan(task: KernelTask) -> tuple[str, ...]:
+    found = _flag_space(task)
+    if isinstance(found, str):
+        return (f"flags: no compiler settings searched: {found}",)
+    return tuple(found.lines())
+
+
+def _flag_space(task: KernelTask) -> FlagSpace | str:
+    path = task.root / task.build.file
+    text = read_source(path, task.build.file) if path.is_file() else None
+    return flag_space(task, {task.build.file: text} if text is not None else {})
 
 
 @dataclass
@@ -167,10 +191,14 @@ class OptimizeOutcome:
     # The committed candidate verified and timed at held-out shapes (see `heldout`).
     held_out: Evaluation | None = None
     held_out_note: str = ""  # why held-out shapes were not timed, when they were not
+    # Rewrites whose output did not compile, each with its compiler message.
+    dropped_rewrites: Mapping[str, str] = field(default_factory=dict)
+    llm: dict[str, Any] | None = None  # what the LLM mutator spent, per improvement
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
-    return cell_of([u.text for u in units(task, files)], task.block)
+    return cell_of(target_code([u.text for u in units(task, files)], task.kernel_name),
+                   task.block)
 
 
 class GpuFacts(Protocol):
@@ -201,9 +229,10 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())})
-    mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm,
+    mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm, flags=task_flags(task),
                    task_text=_task_text(task), batch=settings.batch,
-                   lessons=_known_lessons(task, str(engine.device.get("gpu", ""))))
+                   lessons=_known_lessons(task, str(engine.device.get("gpu", ""))),
+                   peaks=engine.device.get("peaks"))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
                           "the original", "original", 0)
     evaluations: dict[str, Evaluation] = {}
@@ -233,8 +262,17 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                                                                 mut.candidates, committed),
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
+    learned(outcome, mut)
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
+
+
+def learned(outcome: OptimizeOutcome, mut: Mutators) -> None:
+    """What the mutators learned besides the winner, for the report: the rewrites dropped
+    and the LLM's spend per improvement."""
+    outcome.dropped_rewrites = dict(mut.dropped)
+    outcome.llm = llm_spend(mut.llm.stats if mut.llm is not None else None,
+                            mut.llm_improvements)
 
 
 def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
@@ -384,6 +422,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
                   "```diff", patch, "```", ""]
     lines += _per_shape_section(outcome)
     lines += _parameters_section(task, outcome.needs_parameters)
+    lines += dropped_markdown(outcome.dropped_rewrites) + llm_markdown(outcome.llm)
     if outcome.adequacy is not None:
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
                   outcome.adequacy.markdown(), ""]
@@ -454,6 +493,8 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
         "held_out": evaluation_json(task.kernel_name, outcome.held_out)
         if outcome.held_out else None,
         "held_out_note": outcome.held_out_note or None,
+        "dropped_rewrites": dict(outcome.dropped_rewrites),
+        "llm": outcome.llm,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),
