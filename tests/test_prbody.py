@@ -148,3 +148,20 @@ def test_markers_round_trip_and_match_on_their_fields() -> None:
     assert find_status_marker(text, pr=13) is None
     assert make_marker("status", pr=1, command="scan") == "<!-- kfbot:status pr=1 command=scan -->"
     assert find_marker("<!-- kfbot:pr kernel=k -->", "status") is None
+
+
+def test_the_per_shape_picture_sits_after_the_benchmark() -> None:
+    from kfbot.search.pershape import section
+
+    ev = _evaluation()
+    held = (_timing("(16384, 1024) float32", 0.7, 5),)
+    holds = "\n".join(section(ev.timings, held, {"(16384, 1024) float32": 40.0},
+                              ("the repository's variants timed: `ext.softmax_v2`",)))
+    body = render(_report(evaluation=ev, per_shape=holds), pr_marker(KERNEL, sha="a" * 40))
+    assert body.index("## Benchmark") < body.index("## Where it holds") \
+        < body.index("## Verification")
+    assert "| `(16384, 1024) float32` | held-out |" in body
+    assert "- slower than the original at `(16384, 1024) float32` (held-out)" in body
+    assert "- slower than the repository's own fastest variant at `(16384, 1024) float32`" \
+        in body
+    assert "## Where it holds" not in render(_report(), pr_marker(KERNEL, sha="a" * 40))

@@ -26,6 +26,7 @@ from kfbot.evaluate.task import KernelTask
 from kfbot.scan.flag_edit import FlagList, flag_list, with_values
 from kfbot.search.rewrites.fastmath import INTRINSICS, allowed
 from kfbot.search.rewrites.syntax import Target
+from kfbot.text import read_source
 
 PREFIX = "flags"  # the rationale's first word: what lessons and lineages name the step
 
@@ -165,3 +166,22 @@ def _describe(space: FlagSpace, gene: Gene, option: str | None,
     if before is not None:
         return f"nvcc {option} instead of {before}"
     return f"nvcc {option}"
+
+
+def task_flags(task: KernelTask) -> FlagSpace | None:
+    """The compiler settings the task's build file can carry (None: it cannot)."""
+    found = _flag_space(task)
+    return found if isinstance(found, FlagSpace) else None
+
+
+def flag_plan(task: KernelTask) -> tuple[str, ...]:
+    found = _flag_space(task)
+    if isinstance(found, str):
+        return (f"flags: no compiler settings searched: {found}",)
+    return tuple(found.lines())
+
+
+def _flag_space(task: KernelTask) -> FlagSpace | str:
+    path = task.root / task.build.file
+    text = read_source(path, task.build.file) if path.is_file() else None
+    return flag_space(task, {task.build.file: text} if text is not None else {})

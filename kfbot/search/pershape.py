@@ -137,3 +137,14 @@ def light_lines(timings: Sequence[ShapeTiming], peaks: Mapping[str, Any] | None,
         if parts:
             out.append(f"{t.input}: {'; '.join(parts)}")
     return tuple(out)
+
+
+def section(captured: Sequence[ShapeTiming], held_out: Sequence[ShapeTiming],
+            variants: Mapping[str, float], notes: Sequence[str]) -> list[str]:
+    """The "Where it holds" section of the report and the pull request (empty when no
+    shape was timed)."""
+    if not captured and not held_out:
+        return []
+    said = [f"{n}." for n in notes if n]
+    return ["## Where it holds", "", *said, *([""] if said else []),
+            markdown(rows_of(captured, held_out, variants)), ""]

@@ -42,8 +42,8 @@ from kfbot.search.budget import Budget, Limits
 from kfbot.search.executor import EngineExecutor, Executor
 from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
 from kfbot.search.features import cell_of
-from kfbot.search.flags import FlagSpace, flag_space
-from kfbot.search.heldout import time_held_out
+from kfbot.search.flags import flag_plan, task_flags
+from kfbot.search.heldout import DISPATCHED, dispatch_where_slower, time_held_out
 from kfbot.search.islands import (
     Evaluate,
     IslandSearch,
@@ -57,7 +57,7 @@ from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, space_size
 from kfbot.search.pershape import held_out_slower, rows_of
-from kfbot.search.pershape import markdown as per_shape_markdown
+from kfbot.search.pershape import section as per_shape_section
 from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
@@ -72,6 +72,7 @@ from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
 from kfbot.search.sections import dropped_markdown, llm_markdown, llm_spend
 from kfbot.search.target import target_code
+from kfbot.search.variants import variants_where_timed
 from kfbot.search.winner import (
     Confirmed,
     NeedsParameters,
@@ -149,25 +150,6 @@ def task_knobs(task: KernelTask) -> Reach:
                           shared_names(task))
 
 
-def task_flags(task: KernelTask) -> FlagSpace | None:
-    """The compiler settings the task's build file can carry (None: it cannot)."""
-    found = _flag_space(task)
-    return found if isinstance(found, FlagSpace) else None
-
-
-def flag_plan(task: KernelTask) -> tuple[str, ...]:
-    found = _flag_space(task)
-    if isinstance(found, str):
-        return (f"flags: no compiler settings searched: {found}",)
-    return tuple(found.lines())
-
-
-def _flag_space(task: KernelTask) -> FlagSpace | str:
-    path = task.root / task.build.file
-    text = read_source(path, task.build.file) if path.is_file() else None
-    return flag_space(task, {task.build.file: text} if text is not None else {})
-
-
 @dataclass
 class OptimizeOutcome:
     result: SearchResult
@@ -194,6 +176,9 @@ class OptimizeOutcome:
     # Rewrites whose output did not compile, each with its compiler message.
     dropped_rewrites: Mapping[str, str] = field(default_factory=dict)
     llm: dict[str, Any] | None = None  # what the LLM mutator spent, per improvement
+    # The repository's fastest other version of the op, per shape, where one was timed.
+    variants: Mapping[str, float] = field(default_factory=dict)
+    variant_note: str = ""
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -263,6 +248,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
     learned(outcome, mut)
+    beside_variants(engine, task, outcome)
     outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
 
@@ -273,6 +259,16 @@ def learned(outcome: OptimizeOutcome, mut: Mutators) -> None:
     outcome.dropped_rewrites = dict(mut.dropped)
     outcome.llm = llm_spend(mut.llm.stats if mut.llm is not None else None,
                             mut.llm_improvements)
+
+
+def beside_variants(engine: GpuFacts, task: KernelTask, outcome: OptimizeOutcome) -> None:
+    """The repository's own variants of the op, timed at the committed candidate's
+    captured and held-out shapes."""
+    if outcome.committed is None:
+        return
+    held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
+    outcome.variants, outcome.variant_note = variants_where_timed(
+        engine, task, [*outcome.committed[0].timings, *held])
 
 
 def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
@@ -293,11 +289,13 @@ def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | N
                                  f"{held.reason}"), None
     slower = held_out_slower(rows_of([], held.timings))
     if slower:
+        dispatched = dispatch_where_slower(engine, committed, held)
+        if not isinstance(dispatched, str):
+            return (*dispatched, DISPATCHED, None)
         shapes = "; ".join(f"{r.shape}: {r.original_us:.2f} µs -> {r.candidate_us:.2f} µs"
                            for r in slower)
         return None, held, "", (f"`{committed[1].short}` is significantly slower than the "
-                                f"original at held-out shapes ({shapes}); it needs a size "
-                                "dispatch that keeps the original there")
+                                f"original at held-out shapes ({shapes}), and {dispatched}")
     return committed, held, "", None
 
 
@@ -433,13 +431,12 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
 
 
 def _per_shape_section(outcome: OptimizeOutcome) -> list[str]:
-    """Where the committed candidate holds: captured and held-out shapes."""
+    """Where the committed candidate holds: captured and held-out shapes, beside the
+    repository's own variants where they were timed."""
     captured = outcome.committed[0].timings if outcome.committed else ()
     held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
-    if not captured and not held:
-        return []
-    note = [outcome.held_out_note + ".", ""] if outcome.held_out_note else []
-    return ["## Where it holds", "", *note, per_shape_markdown(rows_of(captured, held)), ""]
+    return per_shape_section(captured, held, outcome.variants,
+                             (outcome.held_out_note, outcome.variant_note))
 
 
 def _confirmation_lines(found: Confirmed | None) -> list[str]:
@@ -494,6 +491,7 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
         if outcome.held_out else None,
         "held_out_note": outcome.held_out_note or None,
         "dropped_rewrites": dict(outcome.dropped_rewrites),
+        "variants": dict(outcome.variants), "variant_note": outcome.variant_note or None,
         "llm": outcome.llm,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
