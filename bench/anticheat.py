@@ -7,9 +7,11 @@ Runs the corpus in `fixtures/cheats/` on the GPU with the real engine and prints
   rate (honest candidates rejected), with every layer on;
 * the same for the runtime layer alone (static rules off) on the cheats it targets;
 * the cost of the runtime checks: the evaluation time of the honest candidates with
-  the runtime probes on and off (builds cached, so only GPU-side work is compared).
+  the runtime probes on and off (builds cached, so only GPU-side work is compared);
+* the cost of the redrawn inputs and of the clean room per candidate: the honest
+  candidates' evaluation time with each on and off (`--parts distributions`).
 
-    .venv/bin/python bench/anticheat.py [--parts corpus,runtime,overhead]
+    .venv/bin/python bench/anticheat.py [--parts corpus,runtime,overhead] [--only new]
 """
 
 from __future__ import annotations
@@ -34,12 +36,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 TIMING = {"max_trials": 40, "min_trials": 10, "max_seconds": 5.0}
 OVERHEAD_TARGET = 0.20
+# The entries of the redrawn inputs and the isolation checks, and the honest twins
+# beside them: what `--only new` runs.
+NEW = {"cheat-softmax-no-max", "honest-softmax-online-rows", "cheat-softmax-closed-form",
+       "cheat-softmax-strided", "cheat-nan-wildcard", "cheat-tf32-matmul", "cheat-tf32-flag",
+       "cheat-batch-and-skip", "cheat-broken-context", "honest-softmax-slow-original",
+       "honest-matmul-smem-tiling"}
 
 
 def settings(cache: Path, static: bool = True, runtime: bool = True,
-             timing: dict[str, float] = TIMING) -> EngineSettings:
+             timing: dict[str, float] = TIMING, distributions: bool = True,
+             clean_room: bool = True) -> EngineSettings:
     return EngineSettings(cache_dir=cache, timing=timing, job_timeout_s=120,
-                          static_checks=static, runtime_checks=runtime)
+                          static_checks=static, runtime_checks=runtime,
+                          distributions=distributions, clean_room=clean_room)
 
 
 def show(console: Console, title: str, outcomes: list[Outcome]) -> None:
@@ -106,6 +116,37 @@ def overhead(console: Console, cache: Path, honest: list[Entry], timing: dict[st
         _verdict(console, on / off - 1, label)
 
 
+def added_cost(console: Console, cache: Path, honest: list[Entry]) -> None:
+    """Seconds per honest candidate with the redrawn inputs and the clean room on, and
+    with each off (a first pass builds and is not counted); the worker's phases say
+    where the difference goes (`clean-room`, `clean-room-save`, `verify`)."""
+    run_corpus(FIXTURES, honest, settings(cache))  # builds, captures, contracts
+    variants = {"both on": (True, True), "redrawn inputs off": (False, True),
+                "clean room off": (True, False)}
+    means: dict[str, float] = {}
+    for label, (redrawn, clean) in variants.items():
+        outcomes = run_corpus(FIXTURES, honest, settings(cache, distributions=redrawn,
+                                                         clean_room=clean))
+        seconds = [o.evaluation.eval_seconds for o in outcomes]
+        means[label] = statistics.fmean(seconds)
+        rejected = [o.entry.name for o in outcomes if not o.evaluation.ok]
+        phases: dict[str, float] = {}
+        for o in outcomes:
+            for name, value in o.evaluation.phases.items():
+                phases[name] = phases.get(name, 0.0) + value / len(outcomes)
+        console.print(f"  {label}: {means[label]:.2f} s per candidate over {len(honest)} "
+                      f"honest candidates{'; REJECTED ' + ', '.join(rejected) if rejected else ''}"
+                      f"; per candidate: " + ", ".join(
+                          f"{k} {v:.2f}" for k, v in sorted(phases.items())
+                          if k in ("verify", "clean-room", "clean-room-save", "precision",
+                                   "bench", "inputs")), highlight=False)
+    for label in ("redrawn inputs off", "clean room off"):
+        what = label.removesuffix(" off")
+        extra = means["both on"] - means[label]
+        console.print(f"the {what} cost {extra:+.2f} s per candidate "
+                      f"({extra / means[label]:+.0%} of its evaluation)", highlight=False)
+
+
 def _verdict(console: Console, extra: float, label: str) -> None:
     verdict = "PASS" if extra <= OVERHEAD_TARGET else "FAIL"
     console.print(f"runtime checks cost {extra:+.0%} evaluation time {label} "
@@ -140,11 +181,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parts", default="corpus,runtime,overhead",
                         help="comma-separated: corpus (every layer), runtime (static rules "
                              "off), overhead (runtime checks on vs off on honest candidates, "
-                             "default timing), overhead-short (the same, short timing)")
+                             "default timing), overhead-short (the same, short timing), "
+                             "distributions (the redrawn inputs and the clean room, on vs off)")
+    parser.add_argument("--only", default=None,
+                        help="'new' (the entries of the redrawn inputs and the isolation "
+                             "checks, with their honest twins) or comma-separated entry "
+                             "names (default: the whole corpus)")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
     console = Console(width=160)
     entries = load_corpus(FIXTURES / "cheats")
+    if args.only:
+        wanted = NEW if args.only == "new" else set(args.only.split(","))
+        unknown = wanted - {e.name for e in entries}
+        if unknown:
+            parser.error(f"--only: no entries {sorted(unknown)}")
+        entries = [e for e in entries if e.name in wanted]
     with tempfile.TemporaryDirectory(prefix="kfbot-anticheat-") as tmp:
         cache = Path(os.environ.get("KFBOT_CACHE") or tmp)  # a kept cache skips captures
         outcomes: list[Outcome] = []
@@ -163,6 +215,9 @@ def main(argv: list[str]) -> int:
             overhead(console, cache, honest, {}, "the default")
         if "overhead-short" in parts:  # short timing: the checks weigh more
             overhead(console, cache, honest, TIMING, f"short ({TIMING})")
+        if "distributions" in parts:
+            console.print("redrawn inputs and clean room, short timing", highlight=False)
+            added_cost(console, cache, honest)
     return 0 if all(o.correct for o in outcomes) else 1
 
 

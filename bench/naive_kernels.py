@@ -211,11 +211,20 @@ def _x(v: float | None) -> str:
 
 
 def best_change(root: Path, kernel: str) -> str:
-    """What the run's best candidate changed, from the lesson the run appended."""
+    """What the run's best candidate changed, from the lesson the run appended, else
+    from its report (a candidate with a warning, such as the physics floor's flag on a
+    speedup over 10x, teaches no lesson)."""
     lessons = [lesson for lesson in read_lessons(root / DEFAULT_PATH)
-               if lesson.kernel.endswith(f"::{kernel}") and lesson.speedup is not None]
+               if lesson.kernel.endswith(f"::{kernel}") and lesson.speedup is not None] \
+        if (root / DEFAULT_PATH).is_file() else []
     best = max(lessons, key=lambda lesson: lesson.speedup or 0.0, default=None)
-    return best.change if best is not None else ""
+    if best is not None:
+        return best.change
+    for report in sorted((root / ".kfbot" / "runs").glob("*/report.json")):
+        data = json.loads(report.read_text())
+        if data.get("kernel_name") == kernel and data.get("rationale"):
+            return str(data["rationale"])
+    return ""
 
 
 def stage(fixture: str, into: Path) -> Path:

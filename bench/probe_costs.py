@@ -48,14 +48,14 @@ def _per_call(fn: Callable[[], object], calls: int = CALLS) -> tuple[float, floa
 def timed_check_rows() -> list[tuple[str, str, str]]:
     import torch
 
-    from kfbot.evaluate.device.jobs import _timed_check
+    from kfbot.evaluate.device.timed import timed_check
     from kfbot.evaluate.device.verify import Context
 
     rows = []
     for n in SIZES:
         want = torch.randn(n, device="cuda")
         got = want + 1e-7 * torch.randn(n, device="cuda")
-        check = _timed_check(Context({}, None))
+        check = timed_check(Context({}, None))
         outputs = {"candidate": got, "original": want}
         check(outputs, 0)  # the full check, as on an argument set's first trial
         host, gpu = _per_call(lambda c=check, o=outputs: c(o, 0))

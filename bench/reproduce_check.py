@@ -9,9 +9,11 @@ one thread per row, in a .cu beside an elementwise kernel), this runs, as a user
 
 It prints the committed candidate, the pull request's draft flag and labels (a result
 over 10x opens as a draft labelled `kfbot: needs review`), and per shape the reported
-speedup beside both reproductions, then checks that the pull request, report.json and
-the reproductions all name one candidate and that the reproduced speedup is at most 5%
-below the reported one. Exit 0 when all of that holds, 1 when not, 3 without a GPU.
+speedup beside both reproductions and the % of the speed of light (the candidate's and
+the original's, and the floor), then checks that the pull request, report.json and
+the reproductions all name one candidate, that the reproduced speedup is at most 5%
+below the reported one, and that the pull request's table gives the % of the speed of
+light on every shape. Exit 0 when all of that holds, 1 when not, 3 without a GPU.
 
     python bench/reproduce_check.py [--budget 12] [--gpu N] [--keep DIR]
 """
@@ -153,10 +155,27 @@ def _judge(check: Check) -> None:
         if not reported or reproduced < reported * (1 - TOLERANCE):
             p.append(f"{who}: {reproduced:.3f}x reproduced against {reported:.3f}x reported, "
                      f"more than {TOLERANCE:.0%} below")
+    p += light_problems(check.body, (check.report.get("best") or {}).get("timings", []))
     headline = (check.report.get("best") or {}).get("speedup")
     if headline and first and abs(first["speedup"]["reported"] - headline) > 1e-9:
         p.append(f"the reproduction's reported {first['speedup']['reported']} is not the "
                  f"headline's {headline}")
+
+
+def light_problems(body: str, timings: list[dict[str, Any]]) -> list[str]:
+    """The pull request's benchmark table must say, per shape, the % of the speed of
+    light beside the speedup (the candidate's, then the original's)."""
+    if "% of speed of light" not in body:
+        return ["the pull request's benchmark table has no % of speed of light column"]
+    out = []
+    for t in timings:
+        row = next((line for line in body.splitlines()
+                    if line.startswith(f"| `{t['input']}` |")), None)
+        light = t.get("percent_of_light")
+        if row is None or light is None or f"| {light:.0f}% (" not in row:
+            out.append(f"{t['input']}: no % of speed of light in the pull request "
+                       f"(report: {light})")
+    return out
 
 
 def show(check: Check) -> None:
@@ -176,12 +195,19 @@ def show(check: Check) -> None:
     first = {s["shape"]: s for s in (check.pr.get("reproduction") or {}).get("shapes", [])}
     second = {s["shape"]: s for s in check.second.get("shapes", [])}
     print(f"{'shape':28} {'reported':>9} {'publish':>9} {'reproduce':>9} "
-          f"{'orig µs':>10} {'cand µs':>10}")
+          f"{'orig µs':>10} {'cand µs':>10} {'% light':>8} {'(orig)':>7} {'floor µs':>9}")
     for t in best.get("timings", []):
         a, b = first.get(t["input"], {}), second.get(t["input"], {})
+        light, orig = t.get("percent_of_light"), t.get("original_percent_of_light")
         print(f"{t['input']:28} {t['speedup']:9.3f} {a.get('reproduced', 0):9.3f} "
               f"{b.get('reproduced', 0):9.3f} {b.get('original_us', 0):10.2f} "
-              f"{b.get('candidate_us', 0):10.2f}")
+              f"{b.get('candidate_us', 0):10.2f} "
+              f"{'-' if light is None else f'{light:.0f}%':>8} "
+              f"{'-' if orig is None else f'{orig:.0f}%':>7} "
+              f"{t.get('floor_us') or 0:9.2f} {t.get('floor_bound') or ''}")
+    rows = [line for line in check.body.splitlines() if line.startswith("| `")]
+    print("the pull request's benchmark rows:")
+    print("\n".join(rows[:12]))
     for who, figures in (("publish", check.pr.get("reproduction") or {}),
                          ("reproduce", check.second)):
         speed = figures.get("speedup") or {}

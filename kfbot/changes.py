@@ -25,7 +25,6 @@ import dataclasses
 import functools
 import os
 import posixpath
-import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -75,6 +74,18 @@ def changed_paths(root: Path, base: str = "HEAD") -> list[str]:
     return sorted(set(names))
 
 
+def staged_paths(root: Path, base: str = "HEAD") -> list[str]:
+    """Files under `root` (relative to it) whose staged version differs from `base`:
+    what the next commit changes, deletions included, which pre-commit never passes to
+    a hook."""
+    sha = resolve_base(root, base)
+    # Without a commit yet, `diff --cached` compares the index with the empty tree.
+    against = [sha] if sha is not None else []
+    diff = git.run(root, "diff", "--cached", "--name-only", "-z", "--no-renames", "--relative",
+                   *against, "--")
+    return sorted({n for n in diff.decode(errors="surrogateescape").split("\0") if n})
+
+
 def given_paths(root: Path, files: Iterable[Path]) -> list[str]:
     """Files named on a command line (relative to the current folder, as pre-commit
     passes them) made relative to `root`; files outside root are left out."""
@@ -93,22 +104,6 @@ def is_kernel_source(path: str) -> bool:
     """Whether a change to `path` can change what the scan finds: a C++/CUDA or Python
     source, or the kfbot config file."""
     return source_kind(posixpath.basename(path)) is not None or path in CONFIG_NAMES
-
-
-def changed_lines(root: Path, sha: str, path: str) -> frozenset[int]:
-    """Lines of the working file `path` (relative to root, there at commit `sha` too)
-    that differ from that commit, 1-based. Where lines were only removed, the two lines
-    around the gap count as changed."""
-    diff = git.run(root, "diff", "-U0", "--no-color", "--no-renames", "--no-ext-diff", sha,
-                   "--", path).decode(errors="surrogateescape")
-    lines: set[int] = set()
-    for start, count in _HUNK.findall(diff):
-        first, size = int(start), int(count) if count else 1
-        lines |= set(range(first, first + size)) if size else {first, first + 1}
-    return frozenset(lines)
-
-
-_HUNK = re.compile(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", re.M)
 
 
 def base_texts(root: Path, sha: str, paths: Sequence[str]) -> dict[str, bytes | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -98,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         used.print_help(sys.stderr)
         return EXIT_USAGE
     _logging(getattr(args, "verbose", 0))
+    # A CI runner cancels a job with SIGTERM: unwound like ^C, so that the processes
+    # kfbot started (a repository's build, its tests) are killed with their groups
+    # rather than left running.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.run(args))
     except KfbotError as exc:
@@ -112,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _failed(exc: KfbotError) -> int:

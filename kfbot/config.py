@@ -86,7 +86,28 @@ def _version_problem(value: int) -> str | None:
     return None if value == 1 else f"unsupported version {value} (only version 1 is supported)"
 
 
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def duration_seconds(text: str) -> float:
+    """'45m', '2h', '1h30m', '90s' in seconds; a bare number has no unit and is refused
+    by the check below."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None or not any(match.groups()):
+        raise ValueError(f"expected a duration with its unit (90s, 45m, 1h30m), got {text!r}")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return hours * 3600.0 + minutes * 60.0 + seconds
+
+
+def _duration_problem(value: str) -> str | None:
+    try:
+        return None if duration_seconds(value) > 0 else "expected a duration above zero"
+    except ValueError as exc:
+        return str(exc)
+
+
 Text = Annotated[str, Check(_non_empty_problem)]
+Duration = Annotated[str, Check(_duration_problem)]
 Dtype = Annotated[str, Check(_dtype_problem)]
 CallableRef = Annotated[str, Check(_ref_problem)]
 RelPath = Annotated[str, Check(_relpath_problem)]
@@ -109,11 +130,28 @@ class ScanConfig:
 
 
 @dataclass(frozen=True)
+class RepositoryBuildConfig:
+    """The repository's own build (its setup.py or CMake, run by kfbot in a scratch copy
+    where kfbot cannot build an extension itself)."""
+
+    timeout: Duration = "60m"  # the build of the original; a candidate's has the same
+
+    @property
+    def timeout_s(self) -> float:
+        return duration_seconds(self.timeout)
+
+
+@dataclass(frozen=True)
 class BuildConfig:
     """How to build a declared task when discovery cannot tell."""
 
-    kind: Literal["load", "load_inline", "setup_py"]
-    name: Text
+    # repository: the repository builds itself, with `file` (its setup.py or
+    # pyproject.toml); `name`, if given, is the module of the library that holds the
+    # kernel (else the library is found by the kernel's symbols). The other kinds need
+    # a name.
+    kind: Literal["load", "load_inline", "setup_py", "repository"]
+    name: Text | None = None
+    file: RelPath | None = None
     sources: tuple[str, ...] = ()
     defines: dict[Text, Annotated[str, AS_TEXT]] = field(default_factory=dict)
     extra_cflags: tuple[str, ...] = ()
@@ -178,6 +216,7 @@ class Config:
     scan: ScanConfig = field(default_factory=ScanConfig)
     tasks: tuple[TaskConfig, ...] = ()
     github: GithubConfig = field(default_factory=GithubConfig)
+    repository_build: RepositoryBuildConfig = field(default_factory=RepositoryBuildConfig)
     # The file it was loaded from, relative to the root when inside it; None for defaults.
     path: str | None = field(default=None, compare=False, metadata=NOT_YAML)
 

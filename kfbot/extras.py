@@ -3,7 +3,9 @@
 `pip install kfbot` brings what `scan`, `check`, `lessons` and the reports need
 (tree-sitter and its grammars, PyYAML, rich). The rest comes with an extra:
 
-    kfbot[gpu]     torch (and numpy): verify, bench, optimize, hook verify
+    kfbot[gpu]     torch, numpy, pytest (the capture runs the repository's tests)
+                   and matplotlib (optimize's progress.png): verify, bench,
+                   optimize, hook verify
     kfbot[github]  PyGithub: the Action, comment commands, `optimize --publish`
     kfbot[llm]     anthropic: the LLM mutator (without it, params and rules still run)
     kfbot[ray]     Ray: `optimize --executor ray`
@@ -21,6 +23,8 @@ from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("gpu", "torch"),
     "numpy": ("gpu", "numpy"),
+    "pytest": ("gpu", "pytest"),
+    "matplotlib": ("gpu", "matplotlib"),
     "github": ("github", "PyGithub"),
     "anthropic": ("llm", "anthropic"),
     "ray": ("ray", "ray"),

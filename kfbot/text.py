@@ -65,3 +65,14 @@ def printable(text: str) -> str:
 
 def _escaped(ch: str) -> str:
     return repr(ch)[1:-1]  # "\x1b", "\n", "\u2028": visible, never interpreted
+
+
+def utf8_safe(text: str) -> str:
+    """`text` as valid UTF-8. A file name that is not UTF-8 reaches kfbot with its bytes
+    as lone surrogates (Python's surrogateescape), which no UTF-8 writer accepts: those
+    bytes are shown as `\\xNN` instead, so every file the runner reads stays UTF-8 and
+    the name stays recognisable."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that stood for no byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")

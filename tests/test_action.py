@@ -30,7 +30,8 @@ from fake_github import FakeGitHub
 from kfbot.cli import main
 from kfbot.errors import KfbotError
 from kfbot.github import action_io
-from kfbot.github.action_io import Annotation, Redactor, fit_summary, output_lines, read_inputs
+from kfbot.github.action_io import Annotation, fit_summary, output_lines, read_inputs
+from kfbot.github.redaction import Redactor
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "fixtures" / "example"
@@ -186,8 +187,8 @@ class Harness:
         return env
 
     def run(self, event_name: str, event: Path, drop: tuple[str, ...] = (),
-            **inputs: str) -> Run:
-        env = self.env(event_name, event, **inputs)
+            extra: dict[str, str] | None = None, **inputs: str) -> Run:
+        env = {**self.env(event_name, event, **inputs), **(extra or {})}
         for name in list(os.environ):
             if name.startswith(("INPUT_", "GITHUB_")) or name in ("GH_TOKEN",
                                                                   "ANTHROPIC_API_KEY"):
@@ -275,11 +276,13 @@ def test_inputs_are_read_and_converted() -> None:
                                  "speedup of at least 1.0"),
     ("INPUT_MIN_SPEEDUP", "fast", "expected a number such as 1.05, got 'fast'"),
     ("INPUT_COMMAND", "deploy", "action input 'command' (INPUT_COMMAND): expected one of "
-                                "auto, optimize, scan, guard, authorize, got 'deploy'"),
+                                "auto, optimize, scan, guard, authorize, publish, got 'deploy'"),
     ("INPUT_CONFIG", "../secrets.yaml", "action input 'config' (INPUT_CONFIG): expected a "
                                         "path inside the repository"),
     ("INPUT_GPU", "-1", "action input 'gpu' (INPUT_GPU): expected a GPU index"),
     ("INPUT_KERNEL", "a b", "action input 'kernel' (INPUT_KERNEL): expected one kernel name"),
+    ("INPUT_ARTIFACT", "kfbot-run", "action input 'artifact' (INPUT_ARTIFACT): expected an "
+                                   "absolute path"),
 ])
 def test_bad_inputs_name_the_input(name: str, value: str, message: str) -> None:
     with pytest.raises(KfbotError) as caught:

@@ -422,10 +422,14 @@ def test_run_counts_calls(repo_run: CaptureResult) -> None:
 
 def test_run_keeps_behaviour_and_reports_the_failure(repo_run: CaptureResult) -> None:
     # Every test of the repository asserts its op's result; only the planted one fails,
-    # and the results were written all the same.
-    assert "1 failed, 10 passed, 1 skipped" in repo_run.output_tail
+    # and the results were written all the same. Each file ran in its own process.
+    tails = [run.ran.tail.strip().splitlines()[-1] for run in repo_run.runs]
+    assert [run.target for run in repo_run.runs] == [
+        "tests/check_ops.py", "tests/check_slow.py", "tests/check_zz_fail.py"]
+    assert [t.split(" in ")[0] for t in tails] == ["9 passed", "1 passed, 1 skipped", "1 failed"]
+    assert "1 failed" in repo_run.output_tail
     assert repo_run.exit_code == 1 and not repo_run.timed_out and not repo_run.ok
-    assert repo_run.errors == ("the tests failed (pytest exit code 1)",)
+    assert repo_run.errors == ("the tests in tests/check_zz_fail.py failed (pytest exit code 1)",)
 
 
 def test_timeout_kills_the_run_and_keeps_what_it_saw() -> None:

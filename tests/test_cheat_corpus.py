@@ -53,6 +53,7 @@ STATIC_CHECKS = {
 RUNTIME_CHECKS = {
     "output-poison", "input-mutation", "constant-output", "repeat-calls", "timed-output",
     "timer-disagreement", "foreign-kernels", "no-own-kernel", "side-stream", "correctness",
+    "non-finite", "precision-loss", "numeric-flags", "clean-room", "broken-context",
 }
 DTYPES = {"float64", "float32", "float16", "bfloat16"}
 MIN_REJECTED = 16

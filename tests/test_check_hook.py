@@ -29,7 +29,13 @@ from kfbot.changes import (
     resolve_base,
 )
 from kfbot.cli import build_parser, main
-from kfbot.commands.compile_check import compile_result, front_end_flags, nvcc_command
+from kfbot.commands.compile_check import (
+    compile_result,
+    excused,
+    front_end_flags,
+    nvcc_command,
+    torch_include_dirs,
+)
 from kfbot.commands.hook import missing_gpu
 from kfbot.config import Config
 from kfbot.errors import KfbotError
@@ -243,6 +249,159 @@ def test_what_tree_sitter_cannot_parse_already_is_not_blamed_on_the_change(
     assert code == 1, out
     errors = [line for line in out.splitlines() if ": error: " in line]
     assert errors == ["csrc/softmax.cu:16: error: missing `;` (found by tree-sitter)"]
+
+
+# Valid CUDA (nvcc with --extended-lambda) that tree-sitter's grammar cannot read, in a
+# file nvcc skips for its torch headers: what a commit hook must not block.
+BLIND = EXTRA + ("void each(float* x, int n) {\n"
+                 "  auto twice = [=] __device__ (int i) { x[i] = 2 * x[i]; };\n"
+                 "  (void)twice;\n"
+                 "}\n")
+BLIND_NOTE = ("csrc/extra.cu: note: not checked: tree-sitter cannot read changed line 5, which "
+              "it could not read before the change either; nvcc did not look (")
+
+
+def test_a_valid_edit_of_a_line_tree_sitter_cannot_read_passes_with_a_note(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    (root / "csrc" / "extra.cu").write_text(BLIND)
+    _commit_all(root)
+    _edit(root / "csrc" / "extra.cu", "x[i] = 2 * x[i];", "x[i] = (2 * x[i]);")
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 0, out
+    (note,) = [line for line in out.splitlines() if ": note: " in line]
+    assert note.startswith(BLIND_NOTE), note
+    assert ("PyTorch's headers (torch/extension.h)" if NVCC else "nvcc not found") in note
+    assert ": error: " not in out
+    # A comment beside it touches nothing tree-sitter reads: not even a note.
+    _edit(root / "csrc" / "extra.cu", "  (void)twice;", "  // keep it\n  (void)twice;")
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 0, out
+    # A missing `;` in a place that parsed before is the change's, blind spots or not.
+    _edit(root / "csrc" / "extra.cu", "x[0] = 1;", "x[0] = 1")
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if ": error: " in line]
+    assert errors == ["csrc/extra.cu:2: error: missing `;` (found by tree-sitter)"]
+    assert "`SKIP=kfbot-check git commit` skips the hook once" in out
+
+
+def test_a_new_file_fails_only_on_a_missing_token(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    (root / "csrc" / "extra.cu").write_text(BLIND)
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 0, out
+    (note,) = [line for line in out.splitlines() if ": note: " in line]
+    assert note.startswith("csrc/extra.cu: note: not checked: tree-sitter cannot read line 5 "
+                           "of this new file; nvcc did not look ("), note
+    (root / "csrc" / "extra.cu").write_text(BLIND.replace("(void)twice;", "(void)twice"))
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 1, out
+    assert "csrc/extra.cu:6: error: missing `;` (found by tree-sitter)" in out.splitlines()
+
+
+def test_a_file_nothing_can_read_is_named_with_the_reason(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _project(tmp_path)
+    _without_nvcc(tmp_path, monkeypatch)
+    soup = root / "csrc" / "soup.cu"  # macro soup: no grammar reads it
+    soup.write_text("#define GO(T, ...) __VA_ARGS__\nvoid f() { GO(float, { int a = 1; }); }\n")
+    _commit_all(root)
+    _edit(soup, "int a = 1;", "int a = 2;")
+    code, out = _check(capsys, root, "csrc/soup.cu")
+    assert code == 0, out
+    assert "csrc/soup.cu: note: not checked: tree-sitter cannot read changed line 2, which it " \
+           "could not read before the change either; nvcc did not look (nvcc not found (set " \
+           "CUDA_HOME or put it on PATH))" in out.splitlines()
+    assert out.splitlines()[-1] == "kfbot check: nvcc not found (set CUDA_HOME or put it on " \
+        "PATH): tree-sitter checked the syntax instead, but for what is noted above"
+
+
+SOUP_TORCH = EXTRA + "#define GO(T, ...) __VA_ARGS__\nvoid f() { GO(float, { int a = 1; }); }\n"
+
+
+@pytest.mark.gpu  # needs no GPU, but torch's headers: about 45 s, for the GPU machine's cores
+@needs_nvcc
+def test_with_torch_the_compiler_settles_what_tree_sitter_cannot_read(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    if torch_include_dirs() is None:
+        pytest.skip("torch's headers are not installed for this Python")
+    root = _project(tmp_path)
+    (root / "csrc" / "extra.cu").write_text(SOUP_TORCH)  # valid, and new: a note at most
+    code, out = _check(capsys, root, "csrc/extra.cu")
+    assert code == 0 and "csrc/extra.cu: note: not checked: tree-sitter cannot read" in out
+    code, out = _check(capsys, root, "--with-torch", "csrc/extra.cu")
+    assert code == 0, out
+    assert re.search(r"^csrc/extra.cu: compiles \(nvcc with PyTorch's headers, [\d.]+ s\)$",
+                     out, re.M), out
+    assert ": note: " not in out and "nvcc skipped" not in out
+
+
+@needs_nvcc
+def test_an_nvcc_failure_that_names_no_line_does_not_block(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _project(tmp_path)
+    _edit(root / SOFTMAX, "#define BLOCK 128", "#define BLOCK 256")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "99.0")  # no nvcc knows sm_990
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 0, out
+    assert "kfbot check: nvcc skipped csrc/softmax.cu: nvcc stopped without naming a line " \
+           "(exit 1: Unsupported gpu architecture 'sm_990'); tree-sitter checked the syntax " \
+           "instead" in out.splitlines()
+    _edit(root / SOFTMAX, "float sum = 0.0f;", "float sum = 0.0f")
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 1, out  # tree-sitter still catches what the change broke
+
+
+@needs_nvcc
+def test_a_library_missing_here_and_before_does_not_block(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    _edit(root / SOFTMAX, "#include <cstdint>", "#include <cstdint>\n#include <cutlass/cutlass.h>")
+    _commit_all(root)
+    _edit(root / SOFTMAX, "#define BLOCK 128", "#define BLOCK 256")
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 0, out
+    assert "kfbot check: nvcc skipped csrc/softmax.cu: nvcc cannot find cutlass/cutlass.h here, " \
+           "which the committed version includes too; tree-sitter checked the syntax " \
+           "instead" in out.splitlines()
+    _edit(root / SOFTMAX, "#include <cstdint>", "#include <cstdint>\n#include \"nowhere.cuh\"")
+    code, out = _check(capsys, root, SOFTMAX)
+    assert code == 1, out  # the change's own include names nothing
+    assert "nowhere.cuh" in out
+
+
+def test_a_staged_deletion_of_a_reference_test_fails(capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    repo = git.Repo(root)
+    repo.index.remove(["tests/test_ops.py"], working_tree=True)
+    # An unrelated staged edit beside it: the hook must look past it to the deletion.
+    _edit(root / "csrc" / "bindings.cpp", "#include", "// the bindings\n#include")
+    repo.index.add(["csrc/bindings.cpp"])
+    (root / "notes.py").write_text("x = 1\n")  # untracked: not part of the commit
+    code, out = _check(capsys, root, "--staged")
+    assert code == 1, out
+    broken = [line for line in out.splitlines() if "no reference test reaches it" in line]
+    assert [b.split(":")[2].strip() for b in broken] == \
+        ["matmul_kernel", "softmax_kernel", "saxpy_kernel"]
+    assert "(at HEAD: tests/test_ops.py:13 test_softmax)" in broken[1]
+
+
+def test_staged_sees_only_what_is_staged(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    code, out = _check(capsys, root, "--staged", SOFTMAX)
+    assert code == 2 and "--staged checks what is staged: give it no FILES" in out
+    _drop_softmax_test(root)  # not staged: not part of the next commit
+    code, out = _check(capsys, root, "--staged")
+    assert (code, out.strip()) == (0, "kfbot check: no kernel sources changed")
+    git.Repo(root).git.add("tests/test_ops.py")
+    code, out = _check(capsys, root, "--staged")
+    assert code == 1 and "softmax_kernel: no reference test reaches it any more" in out
 
 
 def test_the_base_is_scanned_only_when_a_pairing_may_change(
@@ -475,8 +634,44 @@ def test_compile_output_is_read_into_file_and_line() -> None:
                            "file or directory\ncompilation terminated.\n", 0.1)
     assert (torch.errors, torch.skipped is not None) == ((), True)
     assert "ATen/ATen.h" in (torch.skipped or "")
+    # A failure that names no line is no evidence against the change: not checked.
     silent = compile_result("csrc/c.cu", 2, "", 0.1)
-    assert [d.message for d in silent.errors] == ["nvcc failed (exit 2)"]
+    assert (silent.errors, silent.skipped) == \
+        ((), "nvcc stopped without naming a line (exit 2: no message)")
+    fatal = compile_result("csrc/c.cu", 1, "nvcc fatal   : Unsupported gpu architecture "
+                           "'sm_990'\n", 0.1)
+    assert (fatal.errors, fatal.skipped) == ((), "nvcc stopped without naming a line (exit 1: "
+                                             "Unsupported gpu architecture 'sm_990')")
+
+
+def test_a_header_the_committed_version_could_not_find_either_is_excused() -> None:
+    output = ("csrc/a.cu:2:10: fatal error: cutlass/cutlass.h: No such file or directory\n"
+              "compilation terminated.\n")
+    result = compile_result("csrc/a.cu", 1, output, 0.1)
+    assert result.missing_header == "cutlass/cutlass.h" and result.errors
+    old = b"#include <cuda.h>\n#include <cutlass/cutlass.h>\n"
+    (kept,) = excused([result], {"csrc/a.cu": old})
+    assert (kept.errors, kept.skipped) == ((), "nvcc cannot find cutlass/cutlass.h here, which "
+                                           "the committed version includes too")
+    # The change wrote the include (or the file is new): its error stands.
+    assert excused([result], {"csrc/a.cu": b"#include <cuda.h>\n"}) == [result]
+    assert excused([result], {"csrc/a.cu": None}) == [result]
+
+
+def test_torch_headers_are_found_without_importing_torch() -> None:
+    code = ("import sys\nfrom kfbot.commands.compile_check import torch_include_dirs\n"
+            "print(torch_include_dirs() is not None, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    found, imported = done.stdout.split()
+    assert imported == "False"
+    dirs = torch_include_dirs()
+    if found == "True":
+        assert dirs is not None and (Path(dirs[0]) / "torch" / "extension.h").is_file()
+        command = nvcc_command("nvcc", "csrc/a.cu", None, dirs)
+        assert f"-I{dirs[0]}" in command and "-DTORCH_API_INCLUDE_EXTENSION_H" in command
+    else:
+        assert dirs is None
 
 
 # --- kfbot hook verify without a GPU ----------------------------------------------------------
@@ -546,21 +741,26 @@ def test_the_pre_commit_manifest() -> None:
     hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert set(hooks) == {"kfbot-check", "kfbot-verify"}
     light, gpu = hooks["kfbot-check"], hooks["kfbot-verify"]
-    assert (light["entry"], light["language"]) == ("kfbot check", "python")
+    assert (light["entry"], light["language"]) == ("kfbot check --staged", "python")
     assert "stages" not in light  # every stage the user installs, pre-commit first
+    # Runs on every commit and reads the staged change itself: deletions included.
+    assert (light["always_run"], light["pass_filenames"]) == (True, False)
+    assert "verbose" not in light  # silent when it passes
     assert (gpu["entry"], gpu["language"]) == ("kfbot hook verify", "system")
     assert gpu["stages"] == ["manual", "pre-push"]
+    assert gpu["pass_filenames"] is True and gpu["verbose"] is True  # slower: a warning
+    for name in ("csrc/a.cu", "inc/a.cuh", "b.cpp", "x/y.h", "z.hpp", "w.inl", "c.c",
+                 "tests/t.py", "kfbot.yaml", ".github/kfbot.yml", ".kfbot.yaml"):
+        assert tags_from_filename(name) & set(gpu["types_or"]), name
+    for name in ("README.md", "data.json", "notes.txt", "a.cu.orig"):
+        assert not tags_from_filename(name) & set(gpu["types_or"]), name
     for hook in hooks.values():
         assert hook["name"] == hook["id"]  # pre-commit's status lines stay short
-        assert hook["pass_filenames"] is True and hook["require_serial"] is True
-        assert hook["verbose"] is True  # why nvcc skipped a file shows on a pass too
+        assert hook["require_serial"] is True
         assert set(hook) <= {"id", "name", "description", "entry", "language", "types_or",
                              "pass_filenames", "require_serial", "stages", "verbose",
-                             "minimum_pre_commit_version"}
-        for name in ("csrc/a.cu", "inc/a.cuh", "b.cpp", "x/y.h", "z.hpp", "w.inl", "c.c",
-                     "tests/t.py", "kfbot.yaml", ".github/kfbot.yml", ".kfbot.yaml"):
-            assert tags_from_filename(name) & set(hook["types_or"]), name
-        for name in ("README.md", "data.json", "notes.txt", "a.cu.orig"):
-            assert not tags_from_filename(name) & set(hook["types_or"]), name
-        args = build_parser().parse_args([*hook["entry"].split()[1:], "a.cu", "b.py"])
-        assert callable(args.run) and [str(f) for f in args.files] == ["a.cu", "b.py"]
+                             "always_run", "minimum_pre_commit_version"}
+    args = build_parser().parse_args(light["entry"].split()[1:])
+    assert callable(args.run) and args.staged and args.files == []
+    args = build_parser().parse_args([*gpu["entry"].split()[1:], "a.cu", "b.py"])
+    assert callable(args.run) and [str(f) for f in args.files] == ["a.cu", "b.py"]

@@ -137,3 +137,38 @@ def test_lists_are_paginated_with_link_headers(fake_github: FakeGitHub) -> None:
         "GET /repos/octo/kernels/pulls?per_page=2&state=all",
         "GET /repos/octo/kernels/pulls?page=2&per_page=2&state=all",
         "GET /repos/octo/kernels/pulls?page=3&per_page=2&state=all"]
+
+
+def test_git_data_objects_are_real_objects_of_the_linked_repository(
+        fake_github: FakeGitHub, bare: Path) -> None:
+    from github.GithubException import GithubException
+    from github.InputGitTreeElement import InputGitTreeElement
+
+    fake_github.add_repo("octo/kernels")
+    fake_github.link_remote("octo/kernels", bare)
+    repo = _client(fake_github).get_repo("octo/kernels")
+    main = repo.get_git_ref("heads/main").object.sha
+    base = repo.get_git_commit(main)
+    tree = repo.get_git_tree(base.tree.sha)
+    assert [(e.path, e.mode, e.type) for e in tree.tree] == [("a.txt", "100644", "blob")]
+    assert repo.get_git_blob(tree.tree[0].sha).content.strip() == "YQo="  # "a\n"
+    blob = repo.create_git_blob("bmV3Cg==", "base64")
+    new_tree = repo.create_git_tree([InputGitTreeElement("sub/dir/b.txt", "100755", "blob",
+                                                         sha=blob.sha)], tree)
+    commit = repo.create_git_commit("add b", new_tree, [base])
+    assert _git(bare, "ls-tree", "-r", commit.sha) == (
+        f"100644 blob {tree.tree[0].sha}\ta.txt\n100755 blob {blob.sha}\tsub/dir/b.txt")
+    assert _git(bare, "show", f"{commit.sha}:sub/dir/b.txt") == "new"
+    assert _git(bare, "rev-parse", f"{commit.sha}^") == main
+    repo.create_git_ref("refs/heads/kfbot/x", commit.sha)
+    with pytest.raises(GithubException) as exists:
+        repo.create_git_ref("refs/heads/kfbot/x", commit.sha)
+    assert exists.value.status == 422
+    ref = repo.get_git_ref("heads/feature")
+    with pytest.raises(GithubException) as not_ff:
+        ref.edit(commit.sha)
+    assert "not a fast forward" in str(not_ff.value.data)
+    ref.edit(commit.sha, force=True)
+    assert _git(bare, "rev-parse", "feature") == commit.sha
+    compared = repo.compare("main", "kfbot/x")
+    assert [c.commit.message for c in compared.commits] == ["add b"]

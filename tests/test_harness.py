@@ -122,7 +122,8 @@ def test_an_import_that_floods_its_output_is_stopped(tmp_path: Path) -> None:
     started = time.monotonic()
     result = capture_signatures(root, ["tests/test_scale.py"], [SCALE], timeout_s=120)
     assert time.monotonic() - started < 60
-    assert result.errors[0] == "the tests were killed for writing more than 64 MiB of output"
+    assert result.errors[0] == ("the tests in tests/test_scale.py were killed for writing more "
+                                "than 64 MiB of output")
     assert not result.timed_out and len(result.output_tail) <= 8192
     assert result.output_tail.rstrip().endswith("x" * 100)
 

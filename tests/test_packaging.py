@@ -20,9 +20,11 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"anthropic", "pygithub", "torch", "numpy", "ray", "cryptography", "pydantic",
-         "httpx", "requests"}
-EXTRAS = {"github": {"pygithub"}, "llm": {"anthropic"}, "gpu": {"torch", "numpy"},
-          "ray": {"ray"}}
+         "httpx", "requests", "pytest", "matplotlib"}
+# What each extra's commands need: the capture runs the repository's tests with pytest,
+# optimize draws its chart with matplotlib.
+EXTRAS = {"github": {"pygithub"}, "llm": {"anthropic"},
+          "gpu": {"torch", "numpy", "pytest", "matplotlib"}, "ray": {"ray"}}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +75,7 @@ def test_wheel_contents(wheel: Path) -> None:
     assert rules and {f"kfbot/rules/{r}" for r in rules} <= names
     assert "kfbot/rules/anticheat.yaml" in names  # the static anti-cheating rules
     assert not any(n.startswith(("tests/", "fixtures/")) for n in names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # Apache-2.0
 
 
 def test_a_plain_install_pulls_no_github_llm_gpu_or_ray(wheel: Path) -> None:

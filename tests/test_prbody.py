@@ -94,14 +94,15 @@ def test_the_body_reads_top_down_with_the_marker_on_line_two() -> None:
     assert positions == sorted(positions)
     assert "| `(4096, 1024) float32` | 100.61 ± 0.41 | 52.96 ± 0.22 | 1.900x | 1.895–1.905 |" \
         in body
-    assert "| ✓ faster | 5.00e-07 |" in body  # the worst reference error on that shape
+    assert "| ✓ faster | – | 5.00e-07 |" in body  # no floor measured; the worst error
     assert "- 6 of 6 checks passed on 2 inputs" in body and "output-poison 2" in body
     assert "  - static/warn: [fast-math] uses --use_fast_math (setup.py:12)" in body
-    assert "Test adequacy: the repository's test rejects 1 of 2 trivial mutants: too weak " \
-           "(accepts constant)." in body
+    assert "Test adequacy: the repository's test rejects 1 of 2 mutants: too weak " \
+           "(it would let through: constant)." in body
     assert "| gpu | NVIDIA H100 |\n| driver | 550.54.15 |\n| cuda | 12.4 |\n| torch | 2.5.1 |" \
         in body
-    assert "```mermaid\nxychart-beta" in body and "<details><summary>Search history" in body
+    assert "```mermaid\n%%{init: " in body and "\nxychart-beta\n" in body
+    assert "<details><summary>Search history" in body
     assert "- warp shuffles (llm, NVIDIA H100): 1.840x faster" in body
     assert "kfbot verify softmax_kernel --candidate kfbot.patch --finalist" in body
     assert "What changed since the last run" not in body
@@ -165,3 +166,25 @@ def test_the_per_shape_picture_sits_after_the_benchmark() -> None:
     assert "- slower than the repository's own fastest variant at `(16384, 1024) float32`" \
         in body
     assert "## Where it holds" not in render(_report(), pr_marker(KERNEL, sha="a" * 40))
+
+
+def test_findings_about_the_original_have_their_own_lines() -> None:
+    from kfbot.evaluate.contract import Trial, Verdict
+    from kfbot.evaluate.report import to_markdown
+    from kfbot.evaluate.signature import CallSignature, TensorSpec
+
+    spec = TensorSpec((16, 12), "float32", (12, 1), True, "cuda")
+    trial = Trial("edge", "edge (16, 12) float32", CallSignature("ext.op", (spec,)))
+    about = Verdict(trial, "wrong", "reference's: 48 of 192 elements wrong (last_cols)").finding()
+    assert about is not None
+    cheat = Finding("size-literal", "runtime", "warn", "compares a size with 4096")
+    ev = _evaluation(findings=(cheat, about))
+    body = render(_report(evaluation=ev), make_marker("pr", kernel=KERNEL))
+    assert "- Anti-cheating findings (static rules, runtime probes, timers, physics floor): " \
+           "1 finding:" in body
+    assert ("- Findings about the original (1 input kfbot added, left out of the contract: "
+            "the candidate was not checked on them):\n  - the original is wrong at edge "
+            "(16, 12) float32: reference's: 48 of 192 elements wrong (last_cols)") in body
+    text = to_markdown("op", ev)
+    assert "About the original (inputs left out of the contract):\n\n- the original is wrong" \
+           in text

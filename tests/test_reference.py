@@ -30,7 +30,8 @@ def test_lambda_over_the_op_arguments(tmp_path: Path) -> None:
     assert spec == ReferenceSpec(source="lambda x: torch.softmax(x, dim=-1)",
                                  imports=("import torch",),
                                  description="torch.softmax(x, dim=-1) from tests/test_op.py:6",
-                                 tests=("tests/test_op.py::test_op",))
+                                 tests=("tests/test_op.py::test_op",),
+                                 comparison="torch.testing.assert_close")
     fn = eval(spec.source, {"torch": __import__("torch")})
     assert fn.__code__.co_argcount == 1
 

@@ -155,3 +155,17 @@ def test_the_figures_and_the_five_percent_rule() -> None:
     above = Reproduction("c" * 64, (ShapeFigures("s", 2.0, 2.5, 1.0, 0.4),), "")
     assert above.agrees  # faster than reported never makes the report overstate
     assert not Reproduction("c" * 64, (), "").agrees
+
+
+def test_the_report_speaks_in_words_and_figures(repo: tuple[Path, Path]) -> None:
+    _, run_dir = repo
+    report = (run_dir / "report.md").read_text()
+    assert "{'evaluations'" not in report and "Spent:" not in report
+    assert "The search stopped: it finished; it took 1 evaluation in 0.0s, 0 tokens, $0.00." \
+        in report
+    progress = report[report.index("## Progress"):]
+    legend = progress[progress.index("```mermaid"):].split("```\n", 1)[1].splitlines()[0]
+    assert legend == "🟦 island 0: 1.30x at evaluation 1"  # the line named, with its best
+    chart = (run_dir / "progress.png").is_file()
+    assert ("The same chart is drawn in `progress.png`" in report) == chart
+    assert ("`progress.png` was not drawn: matplotlib is not installed" in report) != chart

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from kfbot.search.archive import Individual
+from kfbot.search.budget import duration_words, spent_words
 from kfbot.search.model import Cell
 from kfbot.search.report import (
+    axis_range,
     best_so_far,
     history_table,
     mermaid_chart,
@@ -48,13 +50,30 @@ def test_best_so_far_is_a_step_function_per_island() -> None:
     assert series[1] == [(0, 1.0), (4, 1.5), (6, 1.5)]
 
 
-def test_mermaid_chart_has_one_line_per_island() -> None:
+def test_mermaid_chart_has_one_named_line_per_island() -> None:
     chart = mermaid_chart(best_so_far(HISTORY, 2))
-    assert chart.startswith("```mermaid\nxychart-beta\n") and chart.endswith("```\n")
+    legend = chart.rsplit("```\n", 1)[1]
+    head = chart.splitlines()[:3]
+    assert head[0] == "```mermaid" and head[2] == "xychart-beta"
+    # Each island's colour is set, so the legend's squares name the lines.
+    assert head[1] == ('%%{init: {"themeVariables": {"xyChart": {"plotColorPalette": '
+                       '"#1f77b4, #ff7f0e"}}}}%%')
+    assert legend == "🟦 island 0: 1.80x at evaluation 5 · 🟧 island 1: 1.50x at evaluation 4\n"
     lines = [line for line in chart.splitlines() if line.strip().startswith("line [")]
     assert len(lines) == 2
     assert lines[0].strip() == "line [1.000, 1.200, 1.200, 1.200, 1.200, 1.800, 1.800]"
     assert 'x-axis "evaluations" [0, 1, 2, 3, 4, 5, 6]' in chart
+    # The axis starts near the data (1.0 to 1.8), not at zero.
+    assert '    y-axis "speedup (x, 1.0 = the original)" 0.92 --> 1.88' in chart.splitlines()
+    assert axis_range({0: [(0, 1.0), (9, 1.02)]}) == (0.95, 1.07)
+
+
+def test_a_spend_in_words_and_figures() -> None:
+    assert spent_words({"evaluations": 23, "seconds": 253.2, "tokens": 0, "usd": 0.0}) == \
+        "23 evaluations in 4m13s, 0 tokens, $0.00"
+    assert spent_words({"evaluations": 1, "seconds": 3.25, "tokens": 12345, "usd": 0.4567}) == \
+        "1 evaluation in 3.2s, 12,345 tokens, $0.46"
+    assert duration_words(3725) == "1h02m"
 
 
 def test_png_chart_is_a_real_png(tmp_path: Path) -> None:

@@ -5,12 +5,16 @@ failure after the search. None gets a secret; no result is lost."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +102,8 @@ def run_composite(action: Path, env: dict[str, str], inputs: dict[str, str],
         script.write_text(step["run"])
         cwd = _render(step.get("working-directory", env["GITHUB_WORKSPACE"]), values)
         done[step["id"]] = proc = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=cwd,
-            env=step_env, capture_output=True, text=True, timeout=600)
+            step_command(step, script), cwd=cwd, env=step_env, capture_output=True, text=True,
+            timeout=600)
         assert proc.returncode in (0, 1), proc.stderr[-3000:]
         for line in output.read_text().splitlines():
             if "=" in line and "<<" not in line:
@@ -108,31 +112,97 @@ def run_composite(action: Path, env: dict[str, str], inputs: dict[str, str],
     return done
 
 
+# How the runner starts a step for each `shell:` keyword (a template with {0} is used as is).
+SHELLS = {"bash": "bash --noprofile --norc -eo pipefail {0}", "sh": "sh -e {0}"}
+
+
+def step_command(step: dict[str, Any], script: Path) -> list[str]:
+    """The command line the runner runs a composite step's script with."""
+    template = str(step.get("shell", "bash"))
+    template = SHELLS.get(template, template)
+    return [str(script) if word == "{0}" else word for word in shlex.split(template)]
+
+
 PLANTED = ("github/__init__.py", "yaml.py", "kfbot/__init__.py", "kfbot/__main__.py",
            "pip/__init__.py", "pip/__main__.py", "rich.py", "venv.py", "sitecustomize.py",
            "torch.py")
 
 
-def test_a_pull_requests_planted_modules_never_run(harness: Harness) -> None:
-    """The reported attack: a commenter without permission comments `/kfbot help` on a pull
-    request that plants modules kfbot, pip and their imports would load first."""
+@functools.cache
+def old_runner_python() -> Path:
+    """An interpreter like a stock runner's: setuptools older than 77, which refuses
+    kfbot's `license = "Apache-2.0"` if the build ever sees it. Made once."""
+    root = Path(tempfile.mkdtemp(prefix="kfbot-old-runner-"))
+    atexit.register(shutil.rmtree, root, True)
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
+    python = root / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "setuptools<70"], check=True, timeout=600)
+    return python
+
+
+def test_the_action_installs_and_runs_on_a_hostile_runner(harness: Harness) -> None:
+    """The real action.yml steps, as a runner runs them, for `/kfbot help` from a commenter
+    without permission on a pull request that plants the modules kfbot, pip and their
+    imports would load first; the job's environment sets BASH_ENV and exports a shell
+    function named like a command the steps use (what an earlier step can do through
+    $GITHUB_ENV); and the runner's Python has a setuptools older than kfbot's build needs."""
     seen = harness.tmp / "seen"
     seen.mkdir()
     harness.open_pull({name: spy(seen, name) for name in PLANTED})
     event = harness.comment_event("/kfbot help", user="mallory")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(harness.env("issue_comment", event))
+    bash_env = harness.tmp / "bash_env.sh"
+    bash_env.write_text(f"touch {seen}/BASH_ENV\n")
     env.update({"PYTHONPATH": str(harness.workspace),  # what a careless job might set
-                "RUNNER_TEMP": str(harness.tmp / "runner")})
+                "RUNNER_TEMP": str(harness.tmp / "runner"), "BASH_ENV": str(bash_env),
+                "BASH_FUNC_rm%%": f"() {{ touch {seen}/rm; }}",
+                "BASH_FUNC_exec%%": f"() {{ touch {seen}/exec; }}"})
     action = _action_copy(harness.tmp)
-    inputs = {"python": sys.executable, "token": harness.server.token,
+    runner = old_runner_python()
+    old = subprocess.run([str(runner), "-I", "-c",
+                          "import setuptools; print(setuptools.__version__)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert int(old.split(".")[0]) < 77
+    inputs = {"python": str(runner), "token": harness.server.token,
               "anthropic-api-key": ANTHROPIC_KEY}
     steps = run_composite(action, {k: v for k, v in env.items() if not k.startswith("INPUT_")},
                           inputs, harness.tmp / "runner")
     assert steps["install"].returncode == 0, steps["install"].stderr[-3000:]
-    assert sorted(os.listdir(seen)) == []
+    assert sorted(os.listdir(seen)) == []  # no planted module, BASH_ENV or function ran
+    assert harness.comments(), steps["kfbot"].stdout[-2000:] + steps["kfbot"].stderr[-3000:]
     assert "@mallory is not authorized" in harness.comments()[0]
     assert steps["kfbot"].returncode == 0, steps["kfbot"].stderr[-3000:]
+    (pth,) = (harness.tmp / "runner" / "kfbot-venv").glob("lib/python*/site-packages/"
+                                                          "_kfbot_runner_site.pth")
+    lines = pth.read_text().splitlines()
+    assert lines and all(line.startswith("/") and Path(line).is_dir() for line in lines)
+
+
+def test_the_run_steps_shell_reads_no_bash_env(tmp_path: Path) -> None:
+    """The run step's own script under the shell action.yml declares, and under the
+    runner's default bash for contrast: only the latter sources BASH_ENV."""
+    spec = yaml.safe_load((ROOT / "action.yml").read_text())
+    (step,) = [s for s in spec["runs"]["steps"] if s["id"] == "kfbot"]
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    marker = tmp_path / "sourced"
+    (tmp_path / "bash_env.sh").write_text(f"touch {marker}\n")
+    event = tmp_path / "event.json"
+    event.write_text("{}")
+    env = {"PATH": os.environ["PATH"], "BASH_ENV": str(tmp_path / "bash_env.sh"),
+           "KFBOT_VENV_PYTHON": sys.executable, "GITHUB_EVENT_NAME": "workflow_dispatch",
+           "GITHUB_EVENT_PATH": str(event), "GITHUB_REPOSITORY": "octo/kernels",
+           "GITHUB_WORKSPACE": str(EXAMPLE), "RUNNER_TEMP": str(tmp_path),
+           "INPUT_BUDGET": "lots"}  # kfbot starts, says what is wrong and ends: quick
+    declared = subprocess.run(step_command(step, script), env=env, capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+    assert declared.returncode == 2, declared.stderr
+    assert "action input 'budget'" in declared.stderr and not marker.exists()
+    plain = subprocess.run(step_command({"shell": "bash"}, script), env=env,
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert plain.returncode == 2 and marker.exists()
 
 
 # ---- secrets out of every environment ------------------------------------------------------

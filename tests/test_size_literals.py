@@ -12,7 +12,8 @@ import pytest
 
 from kfbot.config import Config
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.engine import Engine, EngineSettings, _unverified_sizes
+from kfbot.evaluate.contract import unverified_sizes
+from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.inputs import COMPARED_SIZE, literal_signatures
 from kfbot.evaluate.signature import CallSignature, TensorSpec
@@ -82,12 +83,12 @@ def test_sizes_too_large_to_verify_are_said_not_promised() -> None:
     sizes = (2097151, 2097152, 2097153)
     assert literal_signatures(captured, sizes) == []
     done = Evaluation("c", "done", True, "correct on 49 checks")
-    said = _unverified_sizes(done, sizes, ["(1024, 1024) x (1024, 1024) float32 seed#0"])
+    said = unverified_sizes(done, sizes, ["(1024, 1024) x (1024, 1024) float32 seed#0"])
     [finding] = said.findings
     assert (finding.check, finding.layer, finding.severity) == ("size-literal", "runtime",
                                                                  "warn")
     assert finding.reason.startswith("not verified at the sizes the candidate compares with "
                                      "(2097151, 2097152, 2097153)")
     ran = [f"{COMPARED_SIZE} (1023, 1000)", "(128, 1000) float32 seed#0"]
-    assert _unverified_sizes(done, (1023, 1024), ran) == done
-    assert _unverified_sizes(done, (), ["x"]) == done
+    assert unverified_sizes(done, (1023, 1024), ran) == done
+    assert unverified_sizes(done, (), ["x"]) == done

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kfbot.evaluate.device.jobs import _timed_check  # noqa: E402
+from kfbot.evaluate.device.timed import timed_check  # noqa: E402
 from kfbot.evaluate.device.verify import Context  # noqa: E402
 
 
@@ -22,7 +22,7 @@ def _verdict(result: Any) -> bool | str | None:
 
 
 def test_repeats_of_the_first_outputs_pass_and_anything_else_is_compared() -> None:
-    check = _timed_check(Context({}, None))
+    check = timed_check(Context({}, None))
     want = torch.linspace(-2.0, 2.0, 1000)
     first = want + 1e-7
     assert _verdict(check({"candidate": first, "original": want}, 0)) is True
@@ -37,7 +37,7 @@ def test_repeats_of_the_first_outputs_pass_and_anything_else_is_compared() -> No
 def test_the_held_outputs_are_copies_the_candidate_cannot_change() -> None:
     """A launcher that keeps its first output and writes later results into it must
     not make them pass as repeats of the first."""
-    check = _timed_check(Context({}, None))
+    check = timed_check(Context({}, None))
     want = torch.ones(64)
     buffer = want.clone()
     assert _verdict(check({"candidate": buffer, "original": want}, 0)) is True
@@ -46,7 +46,7 @@ def test_the_held_outputs_are_copies_the_candidate_cannot_change() -> None:
 
 
 def test_each_argument_set_has_its_own_first_outputs() -> None:
-    check = _timed_check(Context({}, None))
+    check = timed_check(Context({}, None))
     a, b = torch.full((8,), 1.0), torch.full((8,), 2.0)
     assert _verdict(check({"candidate": a, "original": a}, 0)) is True
     assert _verdict(check({"candidate": b, "original": b}, 1)) is True
@@ -55,7 +55,7 @@ def test_each_argument_set_has_its_own_first_outputs() -> None:
 
 
 def test_nan_outputs_are_never_taken_for_repeats() -> None:
-    check = _timed_check(Context({}, None))
+    check = timed_check(Context({}, None))
     want = torch.tensor([1.0, float("nan"), 3.0])
     assert _verdict(check({"candidate": want.clone(), "original": want}, 0)) is True
     bad = torch.tensor([1.0, float("nan"), 30.0])
@@ -66,9 +66,49 @@ def test_nan_outputs_are_never_taken_for_repeats() -> None:
 def test_after_a_miss_repeats_are_compared_in_full() -> None:
     """Outputs that vary from call to call (atomics) stop the bit-for-bit shortcut for
     their argument set: later trials, repeats or not, are compared with the original."""
-    check = _timed_check(Context({}, None))
+    check = timed_check(Context({}, None))
     want = torch.linspace(0.0, 1.0, 100)
     assert _verdict(check({"candidate": want.clone(), "original": want}, 0)) is True
     assert _verdict(check({"candidate": want + 1e-8, "original": want}, 0)) is True
     repeat = check({"candidate": want.clone(), "original": want}, 0)
     assert isinstance(repeat, torch.Tensor) and bool(repeat)
+
+
+def test_swaps_change_the_timed_inputs_but_keep_their_values() -> None:
+    from kfbot.evaluate.device.timing import Swaps
+
+    x = torch.randn(4096)
+    ints = torch.arange(100)
+    before = x.clone()
+    swaps = Swaps([([x, ints], {})], seed=3, every=1)
+    swaps(0, 0)  # a set's first trial runs on the inputs it was made with
+    assert torch.equal(x, before) and not swaps.dirty
+    swaps(1, 0)
+    assert not torch.equal(x, before)
+    assert torch.equal(x.sort().values, before.sort().values)  # the same values, moved
+    assert torch.equal(ints, torch.arange(100))  # integers are never touched
+    assert swaps.dirty == {0} and swaps.swapped == 1
+
+
+def test_swaps_come_on_about_one_trial_in_four() -> None:
+    from kfbot.evaluate.device.timing import Swaps
+
+    swaps = Swaps([([torch.randn(64)], {})], seed=5)
+    for trial in range(1, 401):
+        swaps(trial, 0)
+    assert 60 < swaps.swapped < 140
+
+
+def test_after_a_swap_a_replayed_output_is_compared_with_the_new_one() -> None:
+    """A candidate that answers from memory returns its first output again after the
+    inputs changed: the bit-for-bit shortcut must not pass it."""
+    dirty: set[int] = set()
+    check = timed_check(Context({}, None), dirty)
+    want = torch.linspace(-1.0, 1.0, 256)
+    stale = want.clone()
+    assert _verdict(check({"candidate": stale, "original": want}, 0)) is True
+    assert _verdict(check({"candidate": stale.clone(), "original": want}, 0)) is None
+    changed = want.flip(0)  # the original's output after the inputs moved
+    dirty.add(0)
+    assert _verdict(check({"candidate": stale.clone(), "original": changed}, 0)) is False
+    assert not dirty

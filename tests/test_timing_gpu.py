@@ -26,7 +26,7 @@ def _wrong_on_call(bad_call: int | None) -> Callable[[Any], Any]:
 def _run(bad_call: int | None) -> Any:
     import torch
 
-    from kfbot.evaluate.device.jobs import _timed_check
+    from kfbot.evaluate.device.timed import timed_check
     from kfbot.evaluate.device.timing import TimingSettings, interleaved
     from kfbot.evaluate.device.verify import Context
 
@@ -34,7 +34,7 @@ def _run(bad_call: int | None) -> Any:
         ([torch.randn(1 << 20, device="cuda")], {}) for _ in range(2)]
     fns = {"original": _wrong_on_call(None), "candidate": _wrong_on_call(bad_call)}
     settings = TimingSettings(warmup=1, warmup_seconds=0.0, min_trials=10, max_trials=10)
-    return interleaved(fns, arg_sets, settings, seed=0, check=_timed_check(Context({}, None)))
+    return interleaved(fns, arg_sets, settings, seed=0, check=timed_check(Context({}, None)))
 
 
 def test_honest_ops_pass_every_trial() -> None:

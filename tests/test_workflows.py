@@ -81,6 +81,56 @@ def checkout_problems(steps: list[dict[str, Any]]) -> list[str]:
         "actions/checkout") and (step.get("with") or {}).get("persist-credentials") is not False]
 
 
+def _uses(step: dict[str, Any], name: str) -> bool:
+    return str(step.get("uses", "")).startswith(name)
+
+
+def _kfbot(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [step for step in job.get("steps", []) if _uses(step, "kfbot/")]
+
+
+def write_token_problems(workflow: dict[str, Any]) -> list[str]:
+    """Jobs that check the repository out run its code: no token that can write there, no
+    secret but the Anthropic key, and kfbot hands its run over as an artifact."""
+    problems = []
+    top = workflow.get("permissions") or {}
+    for name, job in workflow["jobs"].items():
+        if not any(_uses(step, "actions/checkout") for step in job.get("steps", [])):
+            continue
+        granted = job.get("permissions", top)
+        if not isinstance(granted, dict) or set(granted.items()) - {("contents", "read")}:
+            problems.append(f"job {name} runs the repository's code with permissions "
+                            f"{granted!r}")
+        for step in _kfbot(job):
+            given = step.get("with") or {}
+            if "token" in given:
+                problems.append(f"job {name}: kfbot gets a token: {given['token']}")
+            if not given.get("artifact"):
+                problems.append(f"job {name}: kfbot does not hand its run over (artifact)")
+            if step.get("env"):
+                problems.append(f"job {name}: kfbot's step sets env: {step['env']}")
+        secrets = {m for m in re.findall(r"secrets\.(\w+)", yaml.safe_dump(job))}
+        if secrets - {"ANTHROPIC_API_KEY"}:
+            problems.append(f"job {name}: secrets {sorted(secrets)} beside the repository's code")
+    return problems
+
+
+def publish_job_problems(workflow: dict[str, Any]) -> list[str]:
+    """The job that writes to GitHub: a GitHub-hosted runner, nothing checked out, no
+    script, only the artifact and kfbot's publish command."""
+    problems = []
+    for name, job in workflow["jobs"].items():
+        kfbot = _kfbot(job)
+        if not any((step.get("with") or {}).get("command") == "publish" for step in kfbot):
+            continue
+        if job.get("runs-on") != "ubuntu-latest":
+            problems.append(f"job {name} publishes on {job.get('runs-on')}")
+        for step in job.get("steps", []):
+            if not (_uses(step, "actions/download-artifact") or _uses(step, "kfbot/")):
+                problems.append(f"job {name} runs {step.get('uses') or step.get('run')}")
+    return problems
+
+
 # ---- action.yml ------------------------------------------------------------------------------
 
 
@@ -89,11 +139,14 @@ def test_action_is_composite_with_kebab_case_inputs_all_handled_by_the_code() ->
     assert action["runs"]["using"] == "composite"
     names = set(action["inputs"])
     assert all(KEBAB.fullmatch(name) for name in names), names
-    handled = set(action_io.INPUTS) | set(action_io.STEP_ONLY_INPUTS)
+    handled = set(action_io.INPUTS) | set(action_io.STEP_ONLY_INPUTS) | \
+        set(action_io.ENV_INPUTS)
     assert names == handled
     (run_step,) = [s for s in action["runs"]["steps"] if s.get("id") == "kfbot"]
     expected = {action_io.env_name(n): f"${{{{ inputs.{n} }}}}" for n in action_io.INPUTS}
     assert {k: v for k, v in run_step["env"].items() if k.startswith("INPUT_")} == expected
+    for name, variable in action_io.ENV_INPUTS.items():
+        assert run_step["env"][variable] == f"${{{{ inputs.{name} }}}}"
     assert "-m kfbot action" in run_step["run"]
 
 
@@ -108,9 +161,13 @@ def test_action_scripts_expand_nothing_and_keep_the_runners_torch() -> None:
     steps = _load(ACTION)["runs"]["steps"]
     for step in steps:
         assert "${{" not in step.get("run", ""), step["run"]  # values come through env:
-        assert step.get("shell") == "bash"
+        # -p: no $BASH_ENV, no functions from the environment (see test_security.py).
+        assert step.get("shell") == "bash --noprofile --norc -p -eo pipefail {0}"
     install = steps[0]["run"]
     assert 'pip install' in install and '"$GITHUB_ACTION_PATH[github,llm]"' in install
+    # The runner's packages become visible only after the install, as plain paths.
+    assert install.index("pip install") < install.index("_kfbot_runner_site.pth")
+    assert "addsitedir" not in install and "import site;" in install
     assert "[gpu]" not in install and "torch==" not in install
     assert "--force-reinstall" not in install and "--upgrade " not in install
     assert 'if [ "$before" != "$after" ]' in install  # fails if torch was touched
@@ -167,15 +224,47 @@ def test_comment_workflow_authorizes_before_any_checkout() -> None:
     assert step["with"]["command"] == "authorize"
     assert gpu["needs"] == "authorize"
     assert gpu["if"] == "needs.authorize.outputs.authorized == 'true'"
-    checkout, run = gpu["steps"]
+    checkout, run, upload = gpu["steps"]
+    assert upload["uses"].startswith("actions/upload-artifact")
     assert checkout["with"]["ref"] == "${{ needs.authorize.outputs.head-sha }}"
     assert run["with"]["head-sha"] == "${{ needs.authorize.outputs.head-sha }}"
+    publish = workflow["jobs"]["publish"]
+    assert publish["needs"] == ["authorize", "gpu"]
+    assert "needs.authorize.outputs.authorized == 'true'" in publish["if"]
+    assert publish["steps"][-1]["with"]["head-sha"] == "${{ needs.authorize.outputs.head-sha }}"
 
 
 def test_pull_request_workflow_runs_no_fork_code_on_the_gpu_runner() -> None:
     job = _load(ROOT / "examples" / "workflows" / "kfbot-pull-request.yml")["jobs"]["guard"]
     assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
     assert job["steps"][0]["with"]["fetch-depth"] == 0  # the base commit must be there
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_job_that_runs_the_repositorys_code_holds_no_write_token(path: Path) -> None:
+    assert write_token_problems(_load(path)) == []
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_a_publish_job_takes_the_gpu_jobs_artifact_and_runs_no_repository_code(
+        path: Path) -> None:
+    workflow = _load(path)
+    assert publish_job_problems(workflow) == []
+    jobs = workflow["jobs"]
+    (gpu,) = [n for n, job in jobs.items() if any(_uses(s, "actions/checkout")
+                                                  for s in job["steps"])]
+    (publish,) = [n for n, job in jobs.items() if any(
+        (s.get("with") or {}).get("command") == "publish" for s in _kfbot(job))]
+    needs = jobs[publish]["needs"]
+    assert gpu in ([needs] if isinstance(needs, str) else needs)
+    upload = next(s for s in jobs[gpu]["steps"] if _uses(s, "actions/upload-artifact"))
+    download = next(s for s in jobs[publish]["steps"] if _uses(s, "actions/download-artifact"))
+    handed = _kfbot(jobs[gpu])[0]["with"]["artifact"]
+    assert upload["if"] == "always()"  # a failed guard still has its verdict posted
+    assert upload["with"]["path"] == handed and upload["with"]["name"] == \
+        download["with"]["name"]
+    assert _kfbot(jobs[publish])[0]["with"]["artifact"] == download["with"]["path"]
+    assert "!cancelled()" in jobs[publish]["if"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -220,3 +309,35 @@ def test_checks_catch_an_unsafe_workflow() -> None:
     workflow["permissions"] = {}
     workflow["jobs"]["bad"]["permissions"] = {"contents": "write", "actions": "write"}
     assert permission_problems(workflow) == ["job bad: actions: write"]
+
+
+ONE_JOB = """
+on: schedule
+permissions: {}
+jobs:
+  optimize:
+    runs-on: [self-hosted, gpu]
+    permissions: {contents: write, pull-requests: write}
+    steps:
+      - uses: actions/checkout@v4
+        with: {persist-credentials: false}
+      - uses: kfbot/kfbot@v1
+        with: {token: "${{ secrets.KFBOT_TOKEN }}"}
+  publish:
+    runs-on: [self-hosted, gpu]
+    steps:
+      - run: pip install .
+      - uses: kfbot/kfbot@v1
+        with: {command: publish}
+"""
+
+
+def test_checks_catch_a_write_token_beside_the_repositorys_code() -> None:
+    workflow = yaml.safe_load(ONE_JOB)
+    assert write_token_problems(workflow) == [
+        "job optimize runs the repository's code with permissions {'contents': 'write', "
+        "'pull-requests': 'write'}", "job optimize: kfbot gets a token: ${{ "
+        "secrets.KFBOT_TOKEN }}", "job optimize: kfbot does not hand its run over (artifact)",
+        "job optimize: secrets ['KFBOT_TOKEN'] beside the repository's code"]
+    assert publish_job_problems(workflow) == ["job publish publishes on ['self-hosted', 'gpu']",
+                                              "job publish runs pip install ."]

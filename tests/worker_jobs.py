@@ -118,3 +118,30 @@ def start_sleeper(payload: Payload) -> Payload:
 def sleep(payload: Payload) -> Payload:
     time.sleep(float(payload["seconds"]))
     return {"slept": payload["seconds"]}
+
+
+def redrawn_bits(payload: Payload) -> Payload:
+    """The bits of every redrawn trial's tensors on the GPU, as integer sums: two
+    processes must draw the same inputs from the same seed (the clean room relies on it)."""
+    import torch
+
+    from kfbot.evaluate.contract import Trial
+    from kfbot.evaluate.device.values import values_for
+
+    sums = []
+    for data in payload["trials"]:
+        args, _ = values_for(Trial.from_json(data), int(payload["seed"]), "cuda")
+        for t in args:
+            if isinstance(t, torch.Tensor):
+                sums.append(int(t.contiguous().view(torch.int32).to(torch.int64).sum()))
+    return {"sums": sums}
+
+
+def leave_a_fault(payload: Payload) -> Payload:
+    """An out-of-range gather launched and not waited for: the device-side assert
+    surfaces in whatever comes next in this process."""
+    import torch
+
+    x = torch.zeros(4, device="cuda")
+    x[torch.tensor([1 << 20], device="cuda")]  # launched for its fault, never read
+    return {"left": True}

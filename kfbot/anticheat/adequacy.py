@@ -1,14 +1,17 @@
 """The test adequacy gate: would the repository's own test notice a wrong op?
 
-Each trivial mutant (zeros, a constant, an input passed through, an uninitialized
-output, the result rounded to half precision) replaces the op's result inside the
+Each mutant (see `kfbot.anticheat.mutants`: no computation at all, a lower precision,
+NaN everywhere, an answer from the inputs' statistics, statistics on a strided
+subsample, the last call's result replayed) replaces the op's result inside the
 repository's tests. A test run that still passes has accepted a kernel that does not
-compute: the test is too weak to trust alone. kfbot then leans on its own randomized
-checks, and the finding goes into the pull request.
+compute, or cheats in that way: the test is too weak to trust alone. kfbot then leans
+on its own randomized checks, and the report and the pull request say which mutants
+the test lets through.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +23,25 @@ from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
 from kfbot.evaluate.signature import OpRef
 from kfbot.evaluate.staged import StagedModule
 
-MUTANTS = ("zeros", "constant", "passthrough", "uninitialized", "half-precision")
+MUTANTS = ("zeros", "constant", "passthrough", "uninitialized", "half-precision", "tf32",
+           "bfloat16", "nan-output", "closed-form", "strided-subsample", "last-call-replay")
+# What a kernel the test lets through in each mutant's place would be doing.
+MEANING = {
+    "zeros": "writes zeros",
+    "constant": "writes a constant",
+    "passthrough": "returns an input unchanged",
+    "uninitialized": "writes nothing",
+    "half-precision": "computes in half precision",
+    "tf32": "computes float32 through TF32",
+    "bfloat16": "computes in bfloat16",
+    "nan-output": "writes NaN",
+    "closed-form": "answers from the inputs' mean and spread, not from their values",
+    "strided-subsample": "reads every second element",
+    "last-call-replay": "returns the previous call's result",
+}
+# Said by the replay mutant for each call it answered truly (`mutants.IDLE`, repeated
+# here: this module runs without torch).
+IDLE = "nothing earlier of this shape to replay"
 MutantVerdictKind = Literal["rejected", "accepted", "not-run"]
 
 
@@ -52,9 +73,9 @@ class Adequacy:
                 check="test-adequacy",
                 layer="adequacy",
                 severity="warn",
-                reason=f"the repository's test passes when the op returns the {m!r} mutant: "
-                "it cannot tell a computing kernel from one that does not, so kfbot "
-                "relies on its own randomized checks",
+                reason=f"the repository's test passes when the op returns the {m!r} mutant "
+                f"(a kernel that {MEANING.get(m, 'does not compute')}): it cannot tell "
+                "that from the op, so kfbot relies on its own randomized checks",
                 evidence=", ".join(self.targets),
             )
             for m in self.accepted
@@ -65,8 +86,9 @@ class Adequacy:
             return "the repository's test could not be run against trivial mutants"
         rejected = sum(v.verdict == "rejected" for v in self.verdicts)
         ran = sum(v.verdict != "not-run" for v in self.verdicts)
-        verdict = "trusted" if self.trusted else f"too weak (accepts {', '.join(self.accepted)})"
-        return f"the repository's test rejects {rejected} of {ran} trivial mutants: {verdict}"
+        verdict = "trusted" if self.trusted else \
+            f"too weak (it would let through: {', '.join(self.accepted)})"
+        return f"the repository's test rejects {rejected} of {ran} mutants: {verdict}"
 
     def markdown(self) -> str:
         rows = [f"| `{v.mutant}` | {v.verdict} | {v.detail} |" for v in self.verdicts]
@@ -82,29 +104,42 @@ class Adequacy:
                    tuple(MutantVerdict(m, v, d) for m, v, d in data["verdicts"]))
 
 
+def cache_tag() -> str:
+    """Part of a cached verdict's name: a cache made with other mutants is not reused."""
+    return hashlib.sha256(",".join(MUTANTS).encode()).hexdigest()[:8]
+
+
 def check_adequacy(
     root: Path, targets: Sequence[str], op: OpRef, timeout_s: float = 600,
     mutants: Sequence[str] = MUTANTS, staged: Sequence[StagedModule] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> Adequacy:
     """Run the tests `targets` once per mutant, the op's result replaced by it; `staged`
-    makes kfbot's build of the extension importable under its real name."""
+    makes kfbot's build of the extension importable under its real name (`extra_env`
+    what the tree of the repository's own build needs)."""
     verdicts = []
     for mutant in mutants:
         result = capture_signatures(root, targets, [op], timeout_s=timeout_s, max_calls=0,
-                                    mutant=mutant, staged=staged)
+                                    mutant=mutant, staged=staged, extra_env=extra_env)
         verdicts.append(judge(mutant, result))
     return Adequacy(tuple(targets), tuple(verdicts))
 
 
 def judge(mutant: str, result: CaptureResult) -> MutantVerdict:
     calls = sum(n for _, n in result.op_calls)
-    skipped = next((e for e in result.errors if "mutant not applicable" in e), None)
+    # A replay with nothing earlier to replay answers that call truly (see `IDLE`).
+    idle = sum(IDLE in e for e in result.errors)
+    skipped = next((e for e in result.errors if "mutant not applicable" in e
+                    and IDLE not in e), None)
     if result.timed_out:
         return MutantVerdict(mutant, "not-run", "the tests timed out")
     if skipped is not None:
         return MutantVerdict(mutant, "not-run", skipped.split("mutant not applicable: ")[-1])
     if calls == 0:
         return MutantVerdict(mutant, "not-run", "the tests never called the op")
+    if idle >= calls:
+        return MutantVerdict(mutant, "not-run", "no call of the op repeats the shape of an "
+                                                "earlier one: there is nothing to replay")
     if result.exit_code == 0:
         return MutantVerdict(mutant, "accepted", f"the tests passed ({calls} calls)")
     last = result.output_tail.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]

@@ -69,8 +69,12 @@ def _entry(folder: Path) -> Entry:
 
 
 def named_checks(ev: Evaluation) -> set[str]:
-    """The checks that rejected an evaluation (a plain mismatch is `correctness`)."""
+    """The checks that rejected an evaluation (a plain mismatch is `correctness`): its
+    strict findings and every check that failed on some input (an input drawn from one
+    distribution may name a cheat `correctness`, one from another `non-finite`; the
+    order of the redrawn inputs is the run's own)."""
     named = {f.check for f in ev.findings if f.severity == "strict"}
+    named |= {c.check for c in ev.checks if not c.passed}
     if ev.stage in ("correctness", "runtime", "build"):
         named.add("correctness" if ev.stage == "correctness" else ev.stage)
     return named
@@ -108,13 +112,27 @@ def run_corpus(
             if not base.ok:
                 raise KfbotError(f"{group[0].fixture}: the original fails: {base.reason}")
             by_hash = {e.candidate().hash: e for e in group}
+            done: list[tuple[str, Evaluation]] = []
             # Builds run on every core while the GPU evaluates the ones already built.
             for candidate, ev in engine.evaluate_many([e.candidate() for e in group]):
-                result = Outcome(by_hash[candidate.hash], ev, settings.static_checks)
+                done.append((candidate.hash, ev))
+            engine.settle()  # the last one's leftovers are named too
+            for digest, ev in done:
+                result = Outcome(by_hash[digest], _after_the_job(engine, digest, ev),
+                                 settings.static_checks)
                 outcomes.append(result)
                 if on_result is not None:
                     on_result(result)
     return outcomes
+
+
+def _after_the_job(engine: Engine, digest: str, ev: Evaluation) -> Evaluation:
+    """`ev`, rejected if the job after it found the device broken by it."""
+    found = engine.isolation.context_finding(digest)
+    if found is None:
+        return ev
+    return replace(ev, ok=False, stage="anticheat", reason=found.line(),
+                   findings=(*ev.findings, found))
 
 
 def _engines(fixtures: Path, entries: Sequence[Entry], settings: EngineSettings

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Layer = Literal["static", "runtime", "timing", "physics", "adequacy"]
-Severity = Literal["strict", "warn"]
+Severity = Literal["strict", "warn", "note"]
 
 
 @dataclass(frozen=True)
 class Finding:
-    """`strict` rejects the candidate; `warn` is reported and keeps it."""
+    """`strict` rejects the candidate; `warn` is reported and keeps it; `note` is a fact
+    for the reviewer that speaks neither for nor against the candidate (an input outside
+    the original's contract, the precision it keeps)."""
 
     check: str  # a stable id: a rule id from rules/anticheat.yaml or a runtime check
     layer: Layer
@@ -46,3 +48,7 @@ class Finding:
 
 def strict(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "strict"]
+
+
+def warnings(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == "warn"]

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,32 +28,41 @@ from typing import TYPE_CHECKING
 
 from github.Repository import Repository
 
-from kfbot import credentials
+from kfbot import credentials, git
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
-from kfbot.commands.progress import log_group
+from kfbot.commands.progress import build_heartbeat, log_group
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.worker import WorkerSession
 from kfbot.github import action_io
-from kfbot.github.action_io import ActionInputs, Annotation, Level, Redactor, Result
+from kfbot.github.action_io import ActionInputs, Annotation, Level, Result, search_seconds
 from kfbot.github.api import DEFAULT_RETRY, call, connect, repository
 from kfbot.github.authorize import Head, policy_on_default_branch
-from kfbot.github.comments import Command, Settings, handle_comment, ignored_because
+from kfbot.github.comments import (
+    Command,
+    Settings,
+    answer_handed,
+    handle_comment,
+    ignored_because,
+)
 from kfbot.github.events import CommentEvent, PullRequestEvent, load_event
+from kfbot.github.handoff import Recorder
 from kfbot.github.prbody import run_url
-from kfbot.github.status import StatusComment
+from kfbot.github.redaction import Redactor, redacted_streams
+from kfbot.github.status import StatusComment, StatusSink
 from kfbot.scan.model import ScanReport
 from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.text import printable
+from kfbot.text import printable, utf8_safe
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from kfbot.github.publish import Winner
     from kfbot.search.llm import LlmMutator
     from kfbot.search.runner import OptimizeOutcome, OptimizeSettings
 
@@ -92,10 +102,16 @@ class Action:
         names += ["GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY"]
         self.redact = Redactor(env.get(name, "").strip() for name in names)
         self.report_path = _report_dir(env) / "kfbot-report.md"
+        self.recorder: Recorder | None = None  # the two-job split: what goes to the artifact
+        self.head: str | None = None  # the commit checked out when kfbot started
 
     def run(self) -> int:
         for line in self.redact.mask_commands():
             print(line, flush=True)
+        with redacted_streams(self.redact):
+            return self._run()
+
+    def _run(self) -> int:
         try:
             result = self._result()
         except KfbotError as exc:
@@ -116,8 +132,19 @@ class Action:
             self.env.get("ANTHROPIC_API_KEY", "").strip()))
         _keep_secrets_from_subprocesses()
         ctx = Context.from_env(self.env, inputs, self.redact, self.root)
+        if inputs.command == "publish":
+            from kfbot.commands.publish import publish_mode  # it uses this module's Context
+
+            return publish_mode(ctx)
+        if inputs.artifact:  # before anything of the checkout runs
+            self.head = git.commit_of(ctx.root, "HEAD") if ctx.root.is_dir() else None
+            self.recorder = Recorder(Path(inputs.artifact))
+            ctx = dataclasses.replace(ctx, recorder=self.recorder)
         event = load_event(ctx.event_name, ctx.event_path, ctx.repository)
         mode = _mode(inputs.command, ctx.event_name)
+        if mode == "authorize" and self.recorder is not None:
+            raise KfbotError("action input 'artifact': an authorize job writes to GitHub "
+                             "itself; give the artifact folder to the GPU job")
         log.info("event %s, command %s: %s", ctx.event_name, inputs.command, mode)
         if mode in ("comment", "authorize") and isinstance(event, CommentEvent):
             return comment_mode(ctx, event, authorize_only=mode == "authorize")
@@ -132,13 +159,19 @@ class Action:
     def _emit(self, result: Result) -> None:
         for note in result.annotations:
             print(self.redact(note.command()), flush=True)
-        markdown = self.redact(f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n")
+        markdown = utf8_safe(self.redact(
+            f"## kfbot: {result.headline}\n\n{result.details}".rstrip() + "\n"))
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
         self.report_path.write_text(markdown, encoding="utf-8")
         action_io.write_summary(_path(self.env, "GITHUB_STEP_SUMMARY"), markdown,
                                 str(self.report_path))
         outputs = {k: self.redact(v) for k, v in result.outputs(str(self.report_path)).items()}
         action_io.write_outputs(_path(self.env, "GITHUB_OUTPUT"), outputs)
+        if self.recorder is not None:
+            self.recorder.finish(self.env.get("GITHUB_REPOSITORY", ""),
+                                 self.env.get("GITHUB_EVENT_NAME", ""),
+                                 self.env.get("GITHUB_RUN_ID", ""), self.head, result,
+                                 self.redact)
         stream = sys.stdout if result.exit_code == EXIT_OK else sys.stderr
         print(printable(self.redact(f"kfbot: {result.headline}")), file=stream, flush=True)
 
@@ -196,6 +229,7 @@ class Context:
     event_path: Path
     repository: str
     root: Path
+    recorder: Recorder | None = None  # set: write nothing to GitHub, hand it over instead
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], inputs: ActionInputs, redact: Redactor,
@@ -251,6 +285,13 @@ class Context:
                      DEFAULT_RETRY)
         return StatusComment(issue, key, self.redact, DEFAULT_RETRY)
 
+    def status_sink(self, number: int, key: str) -> StatusSink:
+        """The pull request's status comment, or, in a job that hands its run over, the
+        handoff (the publish job posts it)."""
+        if self.recorder is not None:
+            return self.recorder
+        return self.status(self.github(), number, key)
+
 
 # ---- scan --------------------------------------------------------------------------------
 
@@ -276,6 +317,13 @@ def problem_annotations(report: ScanReport, only: set[str] | None = None
 
 
 def comment_mode(ctx: Context, event: CommentEvent, authorize_only: bool = False) -> Result:
+    if ctx.recorder is not None:  # no token to write with: the publish job posts
+        settings = Settings(ctx.root, GithubConfig, ctx.redact, ctx.run_url())
+        result, report = answer_handed(event, ctx.inputs.head_sha or None, _Work(ctx),
+                                       settings)
+        if report is not None:
+            ctx.recorder.show(report)
+        return result
     why = ignored_because(event)
     if why is not None:  # before any request: edits and bots need no token
         return Result(f"nothing to do: {why}")
@@ -352,7 +400,8 @@ def task_for(ctx: Context, spec: str) -> KernelTask:
 
 
 def _engine(ctx: Context, task: KernelTask) -> Engine:
-    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu))
+    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=ctx.inputs.gpu,
+                                       progress=build_heartbeat))
 
 
 # ---- optimize ----------------------------------------------------------------------------
@@ -366,11 +415,12 @@ class SearchSettings:
 
 
 def _search_settings(inputs: ActionInputs, command: Command | None = None) -> SearchSettings:
-    """The comment's options where it gives them, else the action's inputs."""
+    """The comment's options where it gives them, else the action's inputs. The time is
+    the job's: the search keeps a margin below it (`search_seconds`)."""
     budget = command.budget if command and command.budget else inputs.budget
     seconds = command.time if command and command.time else inputs.time
     islands = command.islands if command and command.islands else inputs.islands
-    return SearchSettings(budget, seconds, islands)
+    return SearchSettings(budget, search_seconds(seconds), islands)
 
 
 def optimize_all(ctx: Context) -> Result:
@@ -383,10 +433,14 @@ def optimize_all(ctx: Context) -> Result:
         raise KfbotError(f"{ctx.root}: no kernel with a reference test to optimize")
     github = ctx.github_config(config.github)
     settings = _search_settings(ctx.inputs)
+    started = time.monotonic()
     results = []
-    for spec in specs:
+    for index, spec in enumerate(specs):
+        # The kernels share the time: each gets an equal part of what is left.
+        left = (settings.seconds or 0.0) - (time.monotonic() - started)
+        share = dataclasses.replace(settings, seconds=max(left, 0.0) / (len(specs) - index))
         with log_group(f"kfbot optimize {spec}", sys.stdout):
-            results.append(optimize_kernel(ctx, spec, settings, github, None))
+            results.append(optimize_kernel(ctx, spec, share, github, None))
     return _combined(results)
 
 
@@ -420,7 +474,7 @@ def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
 
     seed = int.from_bytes(os.urandom(4), "little") >> 1
     return OptimizeSettings(islands=s.islands, seed=seed, evaluations=s.evaluations,
-                            seconds=s.seconds)
+                            seconds=s.seconds, started=time.monotonic())
 
 
 def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
@@ -454,22 +508,54 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
 def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                         github: GithubConfig, before_publish: Callable[[], None] | None,
                         status: Callable[[str], None] | None) -> Result:
-    from kfbot.github.publish import PublishSettings, publish, winner_of
-    from kfbot.search.budget import Budget, Limits
-    from kfbot.search.experience import DEFAULT_PATH, read_lessons
-    from kfbot.search.llm import LlmMutator, LlmSettings
-    from kfbot.search.runfolder import reproduce_run
+    from kfbot.commands.optimize import call_all
+    from kfbot.search.stopping import RunStopped, stop_on
 
     settings = _optimize_settings(s)
     run_dir = task.root / ".kfbot" / "runs" / f"{task.kernel_name}-{settings.seed}"
+    stoppers: list[Callable[[], None]] = []
+    try:  # the runner's SIGINT/SIGTERM at a timeout or a cancel: the report is kept
+        with stop_on(settings.seconds, settings.started, lambda: call_all(stoppers)):
+            outcome, settings = _searched(ctx, task, settings, run_dir, status, stoppers)
+            return _published(ctx, task, outcome, settings, run_dir, github, before_publish)
+    except RunStopped as stop:
+        return Result(f"{task.kernel_name}: stopped ({stop.reason})", "", stop.exit_code)
+
+
+def _searched(ctx: Context, task: KernelTask, settings: OptimizeSettings, run_dir: Path,
+              status: Callable[[str], None] | None, stoppers: list[Callable[[], None]]
+              ) -> tuple[OptimizeOutcome, OptimizeSettings]:
+    """The search, and the settings it ran with (the time it kept for reproducing)."""
+    from kfbot.commands.optimize import FINISH_S, reproduction_s
+    from kfbot.search.budget import Budget, Limits
+    from kfbot.search.llm import LlmMutator, LlmSettings
+
     with _engine(ctx, task) as engine:
+        stoppers.append(engine.builder.stop)
         base = engine.baseline()
         if not base.ok:
             raise KfbotError(f"{task.kernel_id}: the original fails its own reference: "
                              f"{base.reason}")
         llm = LlmMutator.from_env(LlmSettings(), Budget(Limits()), ctx.inputs.anthropic_api_key)
-        outcome = _search(task, engine, settings, run_dir, llm, status)
+        kept = FINISH_S + reproduction_s(engine.builder.slowest_compile_s())
+        settings = dataclasses.replace(settings, reserve_s=kept)
+        return _search(task, engine, settings, run_dir, llm, status), settings
+
+
+def _published(ctx: Context, task: KernelTask, outcome: OptimizeOutcome,
+               settings: OptimizeSettings, run_dir: Path, github: GithubConfig,
+               before_publish: Callable[[], None] | None) -> Result:
+    from kfbot.commands.optimize import too_late
+    from kfbot.github.publish import PublishSettings, publish, winner_of
+    from kfbot.search.experience import DEFAULT_PATH, read_lessons
+    from kfbot.search.runfolder import reproduce_run
+
     report = outcome.files["report"].read_text(encoding="utf-8")
+    if outcome.interrupted:
+        said = "nothing confirmed yet" if outcome.committed is None else \
+            f"{outcome.committed[0].speedup or 0:.2f}x confirmed, not published"
+        return Result(f"{task.kernel_name}: stopped ({outcome.interrupted}): {said}", report,
+                      outcome.exit_code)
     if outcome.committed is None:  # the report's headline says so, and why
         return Result(f"{task.kernel_name}: nothing committed: no candidate that changes "
                       "files only was correct and significantly faster", report)
@@ -478,12 +564,18 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
     lessons = tuple(lesson for lesson in read_lessons(task.root / DEFAULT_PATH)
                     if lesson.kernel == task.kernel_id and lesson.date == today)
     found = f"{task.kernel_name}: {best.speedup or 0:.2f}x"
+    late = too_late(settings)
+    if late:
+        return Result(f"{found}, not published: {late}", report, EXIT_FAILURE,
+                      best_speedup=best.speedup)
     try:  # the patch alone, timed by a second timer: publishing needs it to agree
         reproduction = reproduce_run(run_dir, cache_dir(), ctx.inputs.gpu)
     except KfbotError as exc:
         return Result(f"{found}, not published: the reproduction failed: {exc}", report,
                       best_speedup=best.speedup)
     winner = winner_of(task, outcome, settings.islands, lessons, reproduction)
+    if ctx.recorder is not None:
+        return _hand_over(ctx.recorder, task, winner, run_dir, found, report)
     read, write = ctx.intervals()
     try:
         if before_publish is not None:
@@ -500,3 +592,16 @@ def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                   best_speedup=best.speedup,
                   annotations=tuple(Annotation("warning", w, title="kfbot")
                                     for w in published.warnings))
+
+
+def _hand_over(recorder: Recorder, task: KernelTask, winner: Winner, run_dir: Path,
+               found: str, report: str) -> Result:
+    """The winner into the handoff: the publish job re-checks it and opens the PR."""
+    from kfbot.github.handoff import publication_of
+    from kfbot.search.runfolder import read_record
+
+    request = read_record(run_dir).request
+    recorder.add(publication_of(winner, request.commit, request.prefix, task.editable_files,
+                                request.patch), request.patch, run_dir)
+    return Result(f"{found}, verified and reproduced; the publish job opens the pull request",
+                  report, best_speedup=winner.evaluation.speedup)

@@ -8,12 +8,17 @@ from pathlib import Path
 
 from kfbot import extras
 from kfbot.cache import cache_dir
+from kfbot.commands import progress
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
+from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.candidate_files import load_candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
-from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.steps import StepReport
+from kfbot.evaluate.task import KernelTask, TaskError, make_task
+from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 
@@ -30,6 +35,16 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", type=int, default=None, metavar="N",
                    help="GPU index (default: the first)")
     add_format_arguments(p, "print the results as JSON")
+    add_observe_arguments(p)
+
+
+class Unready(KfbotError):
+    """No task can be made of the kernel: the baseline's steps say which failed, why,
+    and what kfbot.yaml would get past it."""
+
+    def __init__(self, error: TaskError, steps: tuple[StepReport, ...]) -> None:
+        super().__init__(str(error), error.exit_code)
+        self.steps = steps
 
 
 def kernel_task(args: argparse.Namespace) -> KernelTask:
@@ -39,7 +54,13 @@ def kernel_task(args: argparse.Namespace) -> KernelTask:
     config = load_config(args.config, root)
     report = scan(root, config)
     kernel = select_kernel(report.kernels, args.kernel)
-    task = make_task(kernel, root, config, report.kernels)
+    make = wanted(args.observe, [kernel], root)
+    report = observed(root, report, make, args.file_timeout, confirm=[kernel.id])
+    kernel = select_kernel(report.kernels, kernel.id)
+    try:
+        task = make_task(kernel, root, config, report.kernels)
+    except TaskError as exc:
+        raise Unready(exc, unready_steps(kernel, report, exc)) from exc
     log.info("%s: editable files %s; build %s", task.kernel_id, ", ".join(task.editable_files),
              task.build.kind if task.build is not None else "none found")
     return task
@@ -52,4 +73,5 @@ def candidate_of(args: argparse.Namespace, task: KernelTask) -> Candidate:
 
 
 def make_engine(task: KernelTask, gpu: int | None) -> Engine:
-    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=gpu))
+    return Engine(task, EngineSettings(cache_dir=cache_dir(), gpu=gpu,
+                                       progress=progress.build_heartbeat))

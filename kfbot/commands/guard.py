@@ -24,7 +24,7 @@ from kfbot.commands.action import GPU_HINT, Context, problem_annotations, requir
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.github.action_io import Annotation, Level, Result
 from kfbot.github.events import PullRequestEvent
-from kfbot.github.status import State, StatusReport
+from kfbot.github.status import State, StatusReport, withheld
 from kfbot.scan.scanner import scan
 
 log = logging.getLogger(__name__)
@@ -42,11 +42,11 @@ def guard_mode(ctx: Context, event: PullRequestEvent) -> Result:
     notes = problem_annotations(report, set(changed_paths(ctx.root, fork_point)))
     notes += tuple(Annotation("warning", b.line(event.base_ref), b.kernel.file,
                               b.kernel.definition.line, "kfbot guard") for b in broken)
-    status = ctx.status(ctx.github(), event.number, "guard")
+    status = ctx.status_sink(event.number, "guard")
     if not changed and not broken:
         result = Result("no kernel changed in this pull request", annotations=notes)
-        if status.exists():  # an earlier push changed kernels: say that is over
-            status.show(_guard_status(ctx, event, result))
+        # An earlier push changed kernels: say that is over.
+        status.show_if_exists(_guard_status(ctx, event, result))
         return result
     try:
         if changed:  # only lost reference tests: nothing to build
@@ -73,10 +73,13 @@ def merge_base(root: Path, base_sha: str, number: int) -> str:
 
 
 def _guard_status(ctx: Context, event: PullRequestEvent, result: Result) -> StatusReport:
+    """The sticky comment's last word; for a fork's pull request, without anything its
+    code printed (the run's log has it)."""
     state: State = "passed" if result.exit_code == EXIT_OK else "failed"
-    return StatusReport(f"kernel guard against {event.base_ref}", None, event.head_sha[:7],
-                        ctx.run_url(), state=state, headline=result.headline,
-                        details=result.details)
+    report = StatusReport(f"kernel guard against {event.base_ref}", None, event.head_sha[:7],
+                          ctx.run_url(), state=state, headline=result.headline,
+                          details=result.details)
+    return withheld(report) if event.from_fork else report
 
 
 _GUARD_HEAD = "| kernel | defined at | changed files | result |\n|---|---|---|---|"

@@ -8,6 +8,9 @@ import functools
 import logging
 import secrets
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -15,21 +18,24 @@ from rich.console import Console
 from kfbot import credentials, extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
-from kfbot.commands.options import add_repo_arguments, duration_argument
+from kfbot.commands.observing import add_observe_arguments, observed, wanted
+from kfbot.commands.options import add_repo_arguments, duration_argument, percent_argument
 from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
+from kfbot.evaluate import report
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.steps import first_failure
-from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.task import KernelTask, TaskError, make_task
+from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.budget import Budget, Limits
+from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
-from kfbot.search.runfolder import reproduce_run
+from kfbot.search.runfolder import UNCONFIRMED_PATCH, reproduce_run
 from kfbot.search.runner import (
     GpuFacts,
     OptimizeOutcome,
@@ -37,8 +43,12 @@ from kfbot.search.runner import (
     make_plan,
     optimize,
 )
+from kfbot.search.stopping import RunStopped, stop_on
 
 log = logging.getLogger(__name__)
+
+# Seconds of `--time` kept for writing the report, the patch and the branch.
+FINISH_S = 10.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +63,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--time", type=duration_argument, default=None, metavar="DURATION",
                    help="wall-clock limit per kernel, with a unit: 90s, 30m, 1h30m "
                         "(default: none)")
+    p.add_argument("--stop-at-light", type=percent_argument, default="90%", metavar="PERCENT",
+                   help="stop once a publishable candidate, or the original, runs at this "
+                        "share of the speed of light on the GPU or more, e.g. 80%% (0%%: "
+                        "never; default 90%%)")
     p.add_argument("--islands", type=int, default=4, metavar="N",
                    help="populations that evolve apart and exchange their best")
     p.add_argument("--seed", type=int, default=None, metavar="N",
@@ -73,6 +87,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--build-cpus", type=int, default=0, metavar="N",
                    help="with --executor ray: build as Ray tasks of N CPUs and no GPU, which "
                         "may run on CPU-only nodes (default 0: each GPU actor builds)")
+    add_observe_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="show what would be searched, without a GPU")
     pub = p.add_argument_group("publishing a verified winner (docs/publishing.md)")
@@ -94,18 +109,30 @@ def run(args: argparse.Namespace) -> int:
     gpus = _gpus(args)  # bad --gpus or a missing Ray: said before any scan or build
     root = args.repo.resolve()
     config = load_config(args.config, root)
-    kernels = scan(root, config).kernels
+    scanned = scan(root, config)
+    named = [select_kernel(scanned.kernels, args.kernel)] if args.kernel else scanned.kernels
+    make = wanted(args.observe, named, root)
+    scanned = observed(root, scanned, make, args.file_timeout,
+                       confirm=[k.id for k in named] if args.kernel else None)
+    kernels = scanned.kernels
     chosen = [select_kernel(kernels, args.kernel)] if args.kernel else \
         [k for k in kernels if k.references]
     if not chosen:
         raise KfbotError(f"{root}: no kernel with a reference test to optimize")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = OptimizeSettings(islands=args.islands, seed=seed, evaluations=args.budget,
-                                seconds=args.time)
+                                seconds=args.time, light_stop=100 * args.stop_at_light or None)
     console = Console()
     worst = EXIT_OK
     for kernel in chosen:
-        task = make_task(kernel, root, config, kernels)
+        try:
+            task = make_task(kernel, root, config, kernels)
+        except TaskError as exc:  # this kernel cannot run; the others still can
+            console.print(f"{kernel.id}: not optimized: {exc}", highlight=False,
+                          markup=False, soft_wrap=True)
+            report.print_steps(unready_steps(kernel, scanned, exc), console)
+            worst = max(worst, exc.exit_code)
+            continue
         with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
             worst = max(worst, _one(task, settings, args, console, gpus))
     return worst
@@ -113,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
          console: Console, gpus: list[int]) -> int:
+    started = time.monotonic()  # `--time` bounds all of this kernel's run from here
     llm_state = "off (--no-llm)" if args.no_llm else \
         (off_because(_key()) or "on").removeprefix("llm mutator off: ")
     for line in make_plan(task, settings, llm_state).lines():
@@ -123,36 +151,86 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
     run_dir = task.root / ".kfbot" / "runs" / run_id
     log.info("%s: run folder %s, executor %s, GPUs %s", task.kernel_id, run_dir,
              args.executor, gpus or "none visible")
+    stoppers: list[Callable[[], None]] = []  # what a stop kills at once (the compilers)
+    settings = replace(settings, started=started, reserve_s=FINISH_S)
+    try:
+        with stop_on(settings.seconds, started, functools.partial(call_all, stoppers)):
+            outcome, settings = _search(task, settings, args, console, gpus, run_dir,
+                                        stoppers)
+            return _finish(task, outcome, run_dir, settings, args, console, gpus)
+    except RunStopped as stop:  # before the search began, or after its report was written
+        console.print(f"stopped: {stop.reason}; run folder {run_dir} (`kfbot optimize "
+                      f"--resume {run_id}` continues the search)", highlight=False)
+        return stop.exit_code
+
+
+def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
+            console: Console, gpus: list[int], run_dir: Path,
+            stoppers: list[Callable[[], None]]) -> tuple[OptimizeOutcome, OptimizeSettings]:
+    """The search, and the settings it ran with (the time it kept for reproducing)."""
     llm = None if args.no_llm else LlmMutator.from_env(LlmSettings(), Budget(Limits()))
-    search = functools.partial(search_with_progress, task, settings, run_dir, llm, console)
-    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None)
+    engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None,
+                                     progress=progress.build_heartbeat)
     if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
         from kfbot.search.ray_executor import RayExecutor
 
         ray = RayExecutor(task, engine_settings, args.address, build_cpus=args.build_cpus)
         with contextlib.closing(ray):
             facts = ray.preflight()
-            _require_baseline(task, facts.baseline)
-            outcome = search(facts, ray)
-    else:
-        extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
-        with Engine(task, engine_settings) as engine:
-            engine.probe()  # no GPU: say so now, after the plan
-            _require_baseline(task, engine.baseline())
-            executor = _executor(task, engine, gpus)
-            with contextlib.closing(executor):
-                outcome = search(engine, executor)
-    return _finish(task, outcome, run_dir, settings, args, console, gpus)
+            _require_baseline(task, facts.baseline, console)
+            return search_with_progress(task, settings, run_dir, llm, console, facts,
+                                        ray), settings
+    extras.require("torch", "kfbot optimize")  # the GPU worker runs this interpreter
+    with Engine(task, engine_settings) as engine:
+        stoppers.append(engine.builder.stop)
+        engine.probe()  # no GPU: say so now, after the plan
+        _require_baseline(task, engine.baseline(), console)
+        if args.publish or args.publish_dry_run:  # the reproduction fits in `--time` too
+            settings = replace(settings, reserve_s=FINISH_S + reproduction_s(
+                engine.builder.slowest_compile_s()))
+        executor = _executor(task, engine, gpus)
+        with contextlib.closing(executor):
+            return search_with_progress(task, settings, run_dir, llm, console, engine,
+                                        executor), settings
+
+
+def call_all(functions: list[Callable[[], None]]) -> None:
+    for function in functions:
+        function()
+
+
+def reproduction_s(slowest_compile_s: float) -> float:
+    """About how long a reproduction takes: the repository's own build (its slowest
+    unit, as kfbot's build of the original took) and the timing."""
+    return 1.5 * slowest_compile_s + 60.0
 
 
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             settings: OptimizeSettings, args: argparse.Namespace, console: Console,
             gpus: list[int]) -> int:
-    console.print(f"stopped: {outcome.result.stopped}; spent {outcome.spent}", highlight=False)
+    console.print(f"stopped: {outcome.result.stopped or 'finished'}; "
+                  f"{spent_words(outcome.spent)}", highlight=False)
+    if outcome.interrupted:
+        if outcome.committed is not None:  # confirmed before the stop: its numbers stand
+            _result(outcome, run_dir, console)
+            return outcome.exit_code or EXIT_FAILURE
+        return _interrupted(outcome, run_dir, console)
     code = _result(outcome, run_dir, console)
     if code == EXIT_OK and (args.publish or args.publish_dry_run):
         code = _publish(task, outcome, settings, args, gpus, console)
     return code
+
+
+def _interrupted(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
+    """What a stopped run verified, as its report says; the exit code is the stop's."""
+    say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
+    found = outcome.unconfirmed
+    best = (f"the fastest verified so far is candidate {found[0].short}, {found[1]:.3f}x in "
+            f"the search ({UNCONFIRMED_PATCH})" if found else "no candidate verified so far "
+            "was faster")
+    say(f"nothing confirmed yet: {best}; report {run_dir / 'report.md'}; `kfbot optimize "
+        f"--resume {run_dir.name}` continues the run")
+    return outcome.exit_code or EXIT_FAILURE
 
 
 def _result(outcome: OptimizeOutcome, run_dir: Path, console: Console) -> int:
@@ -190,6 +268,10 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
 
     say = functools.partial(console.print, highlight=False, markup=False, soft_wrap=True)
     run_dir = outcome.files["report"].parent
+    late = too_late(settings)
+    if late:
+        say(f"not published: {late}; `kfbot reproduce {run_dir}` checks the result")
+        return EXIT_FAILURE
     try:
         reproduction = reproduce_run(run_dir, cache_dir(), gpus[0] if gpus else None)
         say(f"reproduction: {reproduction.summary()}")
@@ -203,8 +285,24 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
     return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
 
 
-def _require_baseline(task: KernelTask, base: Evaluation) -> None:
+def too_late(settings: OptimizeSettings) -> str:
+    """Why there is no time left to reproduce before `--time` ends, or ""."""
+    if settings.seconds is None or settings.started is None:
+        return ""
+    left = settings.seconds - (time.monotonic() - settings.started)
+    need = settings.reserve_s - FINISH_S
+    if left >= need:
+        return ""
+    return (f"{left:.0f} s of the time limit are left and a reproduction takes about "
+            f"{need:.0f} s")
+
+
+def _require_baseline(task: KernelTask, base: Evaluation, console: Console) -> None:
+    """The original must pass its baseline; where it does not, every step is shown (the
+    first failure with its evidence and kfbot.yaml) before the search is refused."""
     failure = first_failure(base.steps)
+    if failure is not None or not base.ok:
+        report.print_steps(base.steps, console)
     if failure is not None and failure.step != "comparison":
         raise KfbotError(f"{task.kernel_id}: the baseline stopped at the {failure.step} step: "
                          f"{failure.summary} (`kfbot verify {task.kernel_name} --explain` "

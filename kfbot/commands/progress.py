@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +37,13 @@ if TYPE_CHECKING:  # the Action imports this module before it knows a search wil
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 60.0
+
+
+def build_heartbeat(line: str) -> None:
+    """A long build's progress (the repository's own build): one line on stderr, which
+    reaches a terminal, a pipe and a CI log alike, whatever the command prints."""
+    sys.stderr.write(f"kfbot: {printable(line)}\n")
+    sys.stderr.flush()
 
 
 class Progress:

@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from kfbot import terminal
 from kfbot.cache import cache_dir
+from kfbot.commands.observing import add_observe_arguments, observed
 from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
@@ -51,6 +53,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="worker processes (default: one per core; one when the facts cache "
                         "holds this scan code's facts)")
+    add_observe_arguments(p, always=True)
     p.add_argument("--no-cache", action="store_true",
                    help="read every file again rather than reuse the facts kept by content "
                         "under the kfbot cache ($KFBOT_CACHE, else ~/.cache/kfbot)")
@@ -67,11 +70,13 @@ def run(args: argparse.Namespace) -> int:
         facts = None if args.no_cache else cache_dir() / FACTS
         jobs = args.jobs or (1 if facts is not None and warm(facts) else None)
         report = _scan_with_progress(root, config, jobs, facts)
+        report = observed(root.resolve(), report, args.observe, args.file_timeout)
         log.info("scanned %d files of %s in %.2f s: %d kernels, %d problems",
                  report.files_scanned, report.root, time.perf_counter() - started,
                  len(report.kernels), len(report.problems))
         if args.explain:
-            sys.stdout.write(explain(report, select_kernel(report.kernels, args.explain)))
+            explained = select_kernel(report.kernels, args.explain)
+            sys.stdout.write(explain(report, explained, terminal.width()))
             return EXIT_OK
         if args.kernel:
             chosen = [select_kernel(report.kernels, spec) for spec in args.kernel]

@@ -8,25 +8,36 @@ import sys
 
 from rich.console import Console
 
-from kfbot.commands.common import add_kernel_arguments, candidate_of, kernel_task, make_engine
-from kfbot.errors import EXIT_FAILURE, EXIT_OK
+from kfbot.commands.common import (
+    Unready,
+    add_kernel_arguments,
+    candidate_of,
+    kernel_task,
+    make_engine,
+)
+from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate import report
+from kfbot.evaluate.baseline import skipped
+from kfbot.evaluate.environment import environment_step
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.steps import first_failure
+from kfbot.evaluate.steps import StepName, StepReport, first_failure
+from kfbot.evaluate.task import KernelTask
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("verify", help="check a kernel (and a candidate) against its reference")
     add_kernel_arguments(p)
     p.add_argument("--adequacy", action="store_true",
-                   help="also run the repository's test against trivial mutants of the op "
-                        "(zeros, constant, passthrough, uninitialized, half precision) to see "
-                        "whether it can be trusted as a judge")
+                   help="also run the repository's test against mutants of the op "
+                        "(no work, lower precision, NaN, answers from input statistics or "
+                        "a strided subsample, the last call replayed) to see whether it can "
+                        "be trusted as a judge")
     p.add_argument("--explain", action="store_true",
-                   help="print each step of the original's baseline (pair, build, import, "
-                        "capture, reference, comparison) with its outcome, its evidence and "
-                        "the kfbot.yaml that would fix a failed one; the steps before the "
-                        "comparison need no GPU")
+                   help="print each step of the original's baseline (environment, pair, "
+                        "build, import, capture, reference, comparison) with its outcome, its "
+                        "evidence and the kfbot.yaml that would fix a failed one; the "
+                        "environment (CUDA torch, driver, nvcc, pytest, the tests' imports) "
+                        "is checked first, before any build")
     p.add_argument("--finalist", action="store_true",
                    help="also rebuild a copy of the repository with the candidate its own way "
                         "and run its reference tests (slow)")
@@ -34,18 +45,34 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    task = kernel_task(args)
-    candidate = candidate_of(args, task)
     console = Console(stderr=args.format != "table")
+    try:
+        task = kernel_task(args)
+    except Unready as unready:  # no build or binding found: known without this machine
+        if not args.explain:
+            raise
+        report.print_steps(unready.steps, console)
+        return unready.exit_code
+    candidate = candidate_of(args, task)
+    if args.explain and not _environment(task, console):
+        return EXIT_FAILURE  # nothing after it could get through: said in a second
     with make_engine(task, args.gpu) as engine:
         if args.explain:
             before = engine.prepare_baseline()
+            failure = first_failure(before)
+            if failure is not None:  # the answer is known; the GPU is not needed for it
+                report.print_steps([*before, _not_compared(f"the {failure.step} step failed")],
+                                   console)
+                return EXIT_FAILURE
             report.print_steps(before, console)
-            if first_failure(before) is not None:
-                return EXIT_FAILURE  # the answer is known; the GPU is not needed for it
-        base = engine.baseline()
-        if args.explain:
+            try:
+                base = engine.baseline()
+            except KfbotError as exc:  # no GPU here: every step but the last is answered
+                report.print_steps([_not_compared(str(exc))], console)
+                return exc.exit_code
             report.print_steps(base.steps[len(before):], console)
+        else:
+            base = engine.baseline()
         results = {"original": base}
         if base.ok and candidate.files:
             results["candidate"] = engine.evaluate(candidate, bench=False)
@@ -62,6 +89,22 @@ def run(args: argparse.Namespace) -> int:
             console.print(final.output_tail[-3000:], highlight=False, markup=False)
     passed = all(r.ok for r in results.values()) and (final is None or final.passed)
     return EXIT_OK if passed else EXIT_FAILURE
+
+
+def _not_compared(why: str) -> StepReport:
+    return StepReport("comparison", "skipped", f"not run: {why}")
+
+
+def _environment(task: KernelTask, console: Console) -> bool:
+    """The cheap checks first (CUDA torch, driver, nvcc, pytest, the tests' imports),
+    before a build that takes a minute; False when one failed."""
+    step = environment_step(task)
+    report.print_steps([step], console)
+    if step.failed:
+        later: tuple[StepName, ...] = ("pair", "build", "import", "capture", "reference",
+                                       "comparison")
+        report.print_steps(skipped("environment", later), console)
+    return not step.failed
 
 
 def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console,

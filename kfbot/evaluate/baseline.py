@@ -15,6 +15,7 @@ from kfbot.evaluate.build import BuildResult
 from kfbot.evaluate.capture_run import CaptureResult, ProcessRun
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.processes import last_lines
+from kfbot.evaluate.repository_build import OwnOriginal
 from kfbot.evaluate.steps import (
     NO_REFERENCE,
     StepName,
@@ -22,6 +23,7 @@ from kfbot.evaluate.steps import (
     build_snippet,
     inputs_snippet,
     reference_snippet,
+    repository_build_snippet,
 )
 from kfbot.evaluate.task import KernelTask
 
@@ -33,14 +35,19 @@ EVIDENCE_LINES = 15
 
 
 def pair_step(task: KernelTask) -> StepReport:
-    runs = [*task.test_targets, *task.script_targets]
-    if runs:
-        counts = [_count(len(task.test_targets), "test"), _count(len(task.script_targets),
-                                                                "script")]
-        found = " and ".join(c for c in counts if not c.startswith("0 "))
-        shown = ", ".join(runs[:4]) + (" ..." if len(runs) > 4 else "")
-        verb = "calls" if len(runs) == 1 else "call"
-        return StepReport("pair", "ok", f"{found} {verb} the op: {shown}")
+    step = _pair_step(task)
+    if not task.observed:
+        return step
+    checks = sum(": checks it:" in line for line in task.observed)
+    seen = f"; observed on a GPU: {_count(len(task.observed), 'test')} launch it, " \
+           f"{checks} of them check it (a mutant that writes nothing fails them)"
+    return replace(step, summary=step.summary + seen,
+                   evidence="\n".join(filter(None, (step.evidence, *task.observed))))
+
+
+def _pair_step(task: KernelTask) -> StepReport:
+    if task.test_targets or task.script_targets:
+        return StepReport("pair", "ok", runs_summary(task.test_targets, task.script_targets))
     if task.declared_shapes or task.inputs_ref:
         return StepReport("pair", "ok", "no test or script reaches the op; the task "
                           "declares its inputs")
@@ -51,12 +58,22 @@ def pair_step(task: KernelTask) -> StepReport:
                       suggestion=inputs_snippet(task.kernel_id, task.kernel_name))
 
 
+def runs_summary(tests: Sequence[str], scripts: Sequence[str]) -> str:
+    """"2 tests call the op: a.py::t1, a.py::t2"."""
+    runs = [*tests, *scripts]
+    counts = [_count(len(tests), "test"), _count(len(scripts), "script")]
+    found = " and ".join(c for c in counts if not c.startswith("0 "))
+    shown = ", ".join(runs[:4]) + (" ..." if len(runs) > 4 else "")
+    verb = "calls" if len(runs) == 1 else "call"
+    return f"{found} {verb} the op: {shown}"
+
+
 def build_step(task: KernelTask, built: BuildResult, fallback: str = "") -> StepReport:
     """`fallback`: how the repository's own build made the original, when kfbot's could
     not (then the tests and the baseline use that build; candidates cannot be built)."""
     recipe = task.build
     where = f"{recipe.kind} {recipe.name} ({recipe.file}:{recipe.line})"
-    snippet = build_snippet(task.kernel_id, task.kernel_name, recipe)
+    snippet = build_snippet(task.kernel_id, task.kernel_name, recipe, task.editable_files)
     if built.ok:
         done = f"{built.compiled} compiled, {built.reused} from the cache"
         return StepReport("build", "ok", f"{where}: built ({done})")
@@ -70,6 +87,29 @@ def build_step(task: KernelTask, built: BuildResult, fallback: str = "") -> Step
                           "kfbot's build works", evidence, snippet)
     return StepReport("build", "failed", f"{where}: the original does not build at the "
                       f"{built.stage} stage: {first}", evidence, snippet)
+
+
+def own_build_step(task: KernelTask, own: OwnOriginal | None) -> StepReport:
+    """The build step of a recipe the repository builds itself: the build, and the
+    library that holds the kernel (by its name or its symbols)."""
+    recipe = task.build
+    where = f"the repository's own build ({recipe.file})"
+    snippet = repository_build_snippet(task.kernel_id, task.kernel_name, recipe.file,
+                                       _library_name(task, own))
+    if own is None:
+        return StepReport("build", "failed", f"{where}: kfbot cannot run it", "", snippet)
+    if own.ok:
+        cached = " (the build of this content, from the cache)" if own.build.cached else ""
+        return StepReport("build", "ok", f"{own.why}{cached}")
+    return StepReport("build", "failed", f"{where}: {own.why}", own.evidence(), snippet)
+
+
+def _library_name(task: KernelTask, own: OwnOriginal | None) -> str:
+    """The library that holds the kernel where one is known: the one found, the one
+    declared, else the first the build made; "" when the build made none."""
+    made = [own.build.module_name(lib) for lib in own.build.libraries] if own else []
+    names = [own.module if own is not None else "", task.build.name, *made]
+    return next((n for n in names if n), "")
 
 
 def _diagnostic_line(file: str | None, line: int | None, message: str) -> str:
@@ -118,23 +158,26 @@ def _import_line(tail: str) -> str:
 
 def _import_suggestion(task: KernelTask) -> str:
     if task.build.kind == "setup_py":
-        return build_snippet(task.kernel_id, task.kernel_name, task.build)
+        return build_snippet(task.kernel_id, task.kernel_name, task.build, task.editable_files)
     return inputs_snippet(task.kernel_id, task.kernel_name)
 
 
 def _capture_step(task: KernelTask, result: CaptureResult) -> StepReport:
     runs = "; ".join(r.line() for r in result.runs)
+    twins = "".join(f"; {s.line()}" for s in result.skipped)
     if not result.signatures:
         why = result.errors[0] if result.errors else "the op was never called"
-        return _no_signatures(task, f"{why} ({runs})", _last_run_lines(result.runs))
+        return _no_signatures(task, f"{why} ({runs}{twins})", _last_run_lines(result.runs))
     found = f"{_count(len(result.signatures), 'call signature')} from " \
-            f"{_count(result.calls, 'call')} ({runs})"
-    failing = next((r for r in result.runs if not r.ran.ok), None)
-    if failing is None:
+            f"{_count(result.calls, 'call')} ({runs}{twins})"
+    failing = [r for r in result.runs if not r.ok]
+    if not failing:
         return StepReport("capture", "ok", found)
+    stopped = ", ".join(f"{r.kind} {r.target}" for r in failing)
+    evidence = "\n".join(f"{r.kind} {r.target}: {r.problem or r.ran.how()}\n"
+                         f"{last_lines(r.ran.tail, EVIDENCE_LINES)}" for r in failing)
     return StepReport("capture", "warning", f"{found}; kept what was recorded before "
-                      f"{failing.kind} {failing.target} stopped",
-                      last_lines(failing.ran.tail, EVIDENCE_LINES))
+                      f"{stopped} stopped", evidence)
 
 
 def _no_signatures(task: KernelTask, why: str, evidence: str) -> StepReport:
@@ -147,7 +190,7 @@ def _no_signatures(task: KernelTask, why: str, evidence: str) -> StepReport:
 
 
 def _last_run_lines(runs: Sequence[ProcessRun]) -> str:
-    failing = next((r for r in runs if not r.ran.ok), runs[-1] if runs else None)
+    failing = next((r for r in runs if not r.ok), runs[-1] if runs else None)
     return last_lines(failing.ran.tail, EVIDENCE_LINES) if failing is not None else ""
 
 

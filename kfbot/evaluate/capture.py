@@ -44,6 +44,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -111,6 +112,8 @@ class Capture:
         self._outer = {ref.text: ref for ref in request.outer if ref.kind == "callable"}
         self._frames = threading.local()  # the wrapper calls under way, in this thread
         self.dirty = False
+        # Entered around each call of an op (the observer's profiler range and poison).
+        self.around: Callable[[str, Sequence[object]], AbstractContextManager[None]] | None = None
 
     # --- installing -------------------------------------------------------------------
 
@@ -341,8 +344,10 @@ class Capture:
     ) -> object:
         """Call `original` exactly as asked, recording the call if it returns."""
         described = self._describe_call(op, args, kwargs)
+        around = self.around(op, args) if self.around is not None else contextlib.nullcontext()
         try:
-            result = original(*args, **kwargs)
+            with around:
+                result = original(*args, **kwargs)
         except BaseException:
             with self._lock:
                 self._raised[op] += 1
@@ -354,15 +359,17 @@ class Capture:
         elif described is not None:
             self._keep(described)
         if self.request.mutant:
-            return self._mutated(op, result, args)
+            return self._mutated(op, result, args, kwargs, original)
         return result
 
-    def _mutated(self, op: str, result: object, args: Sequence[object]) -> object:
-        """The op's result replaced by a trivial mutant, to see whether the test notices."""
+    def _mutated(self, op: str, result: object, args: Sequence[object],
+                 kwargs: Mapping[str, object], original: AnyCallable) -> object:
+        """The op's result replaced by a trivial mutant, to see whether the test notices
+        (some mutants call the op again, on inputs of their own)."""
         from kfbot.anticheat.mutants import NotApplicable, mutate
 
         try:
-            return mutate(str(self.request.mutant), result, args)
+            return mutate(str(self.request.mutant), result, args, kwargs, original)
         except NotApplicable as exc:
             self.error(f"{op}: mutant not applicable: {exc}")
             return result

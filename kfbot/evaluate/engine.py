@@ -15,13 +15,13 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kfbot.anticheat.adequacy import Adequacy, check_adequacy, load_cached
+from kfbot.anticheat.adequacy import Adequacy, cache_tag, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
@@ -31,21 +31,33 @@ from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.contract import (
+    Contract,
+    Trial,
+    admitted,
+    lenient_findings,
+    size_trials,
+    standard_trials,
+    unverified_sizes,
+    with_contract,
+)
 from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
     ShapeTiming,
-    Stage,
     failed,
+    rejected,
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
-from kfbot.evaluate.inputs import COMPARED_SIZE
+from kfbot.evaluate.isolation import Isolation
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.preparation import Preparation
 from kfbot.evaluate.reach import split_by_launch
+from kfbot.evaluate.redrawn import distribution_trials, precision_finding
 from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
 from kfbot.evaluate.signature import CallSignature
@@ -53,12 +65,11 @@ from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs
 from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
-from kfbot.scan.python_facts import extract_python_facts
-from kfbot.text import read_source
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
 VARIANTS_JOB = "kfbot.evaluate.device.variants:time_variants"
+CONTRACT_JOB = "kfbot.evaluate.device.contract:try_on_original"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -83,6 +94,14 @@ class EngineSettings:
     measure_peaks: bool = True
     static_checks: bool = True  # off only to prove the runtime layer on its own
     runtime_checks: bool = True  # off only to measure what the runtime probes cost
+    distributions: bool = True  # redrawn inputs (off only to measure what they cost)
+    clean_room: bool = True  # outputs judged in a second worker (off only to measure it)
+    # A candidate's kernel compiled alone where it can be (`build.fast`); off only to
+    # compare with the full build.
+    fast_builds: bool = True
+    # Where the heartbeat of the repository's own build goes while it runs (build/own.py;
+    # a function of a module's top level: Ray pickles it).
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 class Engine:
@@ -91,11 +110,12 @@ class Engine:
     ) -> None:
         self.task = task
         self.settings = settings
+        self._owns_builder = builder is None
         self.builder = builder or Builder(settings.cache_dir / "build")
         self._session: WorkerSession | None = None
         self._original: BuildResult | None = None
         self.prep = Preparation(task, self.builder, self.request, settings.cache_dir,
-                                settings.capture_timeout_s)
+                                settings.capture_timeout_s, settings.progress)
         self._reached = False
         self._original_kernels: list[str] | None = None
         self.device: dict[str, Any] = {}
@@ -103,6 +123,16 @@ class Engine:
         # kernels share with the task's; by candidate, the kernels it must pass for.
         self.neighbours = Neighbours(task.neighbours, self._neighbour)
         self._shared: dict[str, tuple[str, ...]] = {}
+        # What the original did on each input kfbot added (`evaluate.contract`).
+        self._contract = Contract()
+        self._contract_seed = secrets.randbits(48)
+        # The run's private seed schedule: redrawn inputs, warm-up, timed and repeated
+        # calls (`evaluate.distributions`); never written out.
+        self._schedule_root = secrets.randbits(63)
+        # The judge worker and what the device said between jobs (`isolation`).
+        self.isolation = Isolation(self._new_session, settings.cache_dir / "clean-room" /
+                                   f"{os.getpid()}-{secrets.token_hex(4)}",
+                                   settings.job_timeout_s)
 
     def __enter__(self) -> Engine:
         return self
@@ -110,8 +140,11 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         if self._session is not None:
             self._session.close()
+        self.isolation.close()
         self.neighbours.close()
         self.prep.close()
+        if self._owns_builder:  # a compile still running (the fast path's warm-up) ends
+            self.builder.stop()
 
     def _neighbour(self, task: KernelTask) -> Engine:
         return Engine(replace(task, neighbours=()), self.settings, builder=self.builder)
@@ -121,13 +154,12 @@ class Engine:
     @property
     def session(self) -> WorkerSession:
         if self._session is None:
-            self._session = WorkerSession(
-                gpu=self.settings.gpu,
-                cwd=self.task.root,
-                python_path=[KFBOT_PARENT],
-                preload=("torch",),
-            )
+            self._session = self._new_session()
         return self._session
+
+    def _new_session(self) -> WorkerSession:
+        return WorkerSession(gpu=self.settings.gpu, cwd=self.task.root,
+                             python_path=[KFBOT_PARENT], preload=("torch",))
 
     def probe(self) -> dict[str, Any]:
         """Device facts; a KfbotError with one line when there is no usable GPU."""
@@ -150,7 +182,7 @@ class Engine:
     # --- builds ----------------------------------------------------------------------
 
     def build(self, candidate: Candidate) -> BuildResult:
-        return self.builder.build(self.request(candidate))
+        return self.prep.build(self.request(candidate))
 
     def request(self, candidate: Candidate) -> BuildRequest:
         # A candidate may carry compiler settings in the build file's flag list: its
@@ -162,34 +194,20 @@ class Engine:
             params=dict(candidate.params),
             tag=candidate.short,
             inline_sources=self._inline(candidate),
+            kernel=self.task.kernel_name if self.settings.fast_builds else "",
         )
 
     def _inline(self, candidate: Candidate) -> tuple[InlineSource, ...]:
-        recipe = self.task.build
-        if recipe.kind != "load_inline":
-            return ()
-        text = candidate.files.get(recipe.file)
-        if text is None:
-            text = read_source(self.task.root / recipe.file, recipe.file)
-        facts = extract_python_facts(recipe.file, text.encode())
-        return tuple(
-            self._inline_text(s, candidate) for s in facts.inline_sources if s.build == recipe.name
-        )
-
-    def _inline_text(self, source: InlineSource, candidate: Candidate) -> InlineSource:
-        if source.text is not None or source.path is None:
-            return source
-        text = candidate.files.get(source.path) or read_source(self.task.root / source.path,
-                                                               source.path)
-        return InlineSource(source.build, source.language, text, 0, source.path)
+        return inline_sources(self.task.root, self.task.build, candidate.files)
 
     def original(self) -> BuildResult:
         """The original's build: kfbot's own, or the repository's setup.py build when
         kfbot's failed; a KfbotError when neither built."""
         if self._original is None:
-            built, fallback = self.prep.original_attempt()
-            if not built.ok and fallback is not None and fallback.ok:
-                built = fallback.result(self.task.build)
+            self._warm_fast_path()
+            built, own = self.prep.original_attempt()
+            if not built.ok and own is not None and own.ok:
+                built = own.result()
             if not built.ok:
                 first = next(iter(built.diagnostics), None)
                 detail = f": {first.message}" if first else ""
@@ -199,6 +217,12 @@ class Engine:
                 )
             self._original = built
         return self._original
+
+    def _warm_fast_path(self) -> None:
+        """The host part the fast path links candidates to, compiled beside the original
+        (each takes about as long): the first candidate does not wait for it."""
+        if self.settings.fast_builds:
+            self.builder.warm_later(self.request(ORIGINAL))
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -268,7 +292,45 @@ class Engine:
         if failure is not None:
             return failed(ORIGINAL.hash, "baseline", failure.line(), steps=steps)
         result = self._run(ORIGINAL, None, bench=False)
+        if result.ok:  # only an original that passes its own calls defines the contract
+            return with_contract(result, steps, comparison_step(result), self.contract())
         return replace(result, steps=(*steps, comparison_step(result)))
+
+    # --- the contract ----------------------------------------------------------------
+
+    def contract(self) -> Contract:
+        """The original on the inputs every candidate is checked on besides the
+        captured calls (edge, scaled and large shapes, and the captured shapes with
+        their floating inputs redrawn from other distributions)."""
+        trials = standard_trials(self.signatures(), self.task.block)
+        # Redrawn values need a reference to judge the original by: where the original
+        # alone is the judge, an overflow of its own would bind the candidates to it.
+        if self.settings.distributions and self.settings.runtime_checks and \
+                self.task.references:
+            trials += distribution_trials(self.signatures(), self._schedule_root)
+        return self.admit(trials)
+
+    def admit(self, trials: Sequence[Trial]) -> Contract:
+        """Each trial tried on the original once (per engine): the verdicts on `trials`."""
+        def run(todo: Sequence[Trial]) -> JobResult:
+            return self.session.call(CONTRACT_JOB, self._contract_payload(todo),
+                                     timeout_s=self.settings.job_timeout_s)
+
+        self._contract = admitted(self._contract, trials, run)
+        return self._contract.of(trials)
+
+    def _contract_payload(self, trials: Sequence[Trial]) -> dict[str, Any]:
+        return {"op": self.task.op.to_json(), "original": _artifact(self.original()),
+                "references": [r.to_json() for r in self.task.references],
+                "tolerances": {k: list(v) for k, v in self.task.tolerances.items()},
+                "trials": [t.to_json() for t in trials], "seed": self._contract_seed,
+                "sys_path": [str(self.task.root)]}
+
+    def _added(self, candidate: Candidate) -> Contract:
+        """The added inputs the candidate is checked on, the admitted ones of this
+        contract: the standard ones, and those of the sizes it newly compares with."""
+        sizes = size_trials(self.signatures(), self.compared_sizes(candidate))
+        return Contract((*self.contract().verdicts, *self.admit(sizes).verdicts))
 
     def _reaching(self, steps: tuple[StepReport, ...]) -> tuple[StepReport, ...]:
         """Keep the captured calls that launch the kernel under optimization; the
@@ -333,7 +395,7 @@ class Engine:
         compiled."""
         findings = [tuple(self.static_check(c)) for c in candidates]
         keep = [i for i, found in enumerate(findings) if not strict(found)]
-        built = self.builder.build_many([self.request(candidates[i]) for i in keep])
+        built = self.prep.build_many([self.request(candidates[i]) for i in keep])
         made = dict(zip(keep, built, strict=True))
         return [Prepared(found, made.get(i)) for i, found in enumerate(findings)]
 
@@ -374,13 +436,15 @@ class Engine:
         the tests are unchanged; None when the task has no test to run."""
         if not self.task.test_targets:
             return None
-        path = self.settings.cache_dir / "adequacy" / f"{self.prep.signature_key()}.json"
+        path = self.settings.cache_dir / "adequacy" / \
+            f"{self.prep.signature_key()}-{cache_tag()}.json"
         cached = load_cached(path)
         if cached is not None:
             return cached
-        gate = check_adequacy(self.task.root, self.task.test_targets, self.prep.op_ref(),
+        tree, env = self.prep.test_tree()
+        gate = check_adequacy(tree, self.task.test_targets, self.prep.op_ref(),
                               timeout_s=self.settings.capture_timeout_s,
-                              staged=self.prep.staged())
+                              staged=self.prep.staged(), extra_env=env)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
@@ -406,35 +470,55 @@ class Engine:
         workers = max(1, (os.cpu_count() or 2) // 2)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(self.prepare, c): c for c in candidates}
-            for future in as_completed(futures):
-                candidate = futures[future]
-                # The pool's work is handed over: planning a build again costs a parse
-                # of every source, even when the cache holds the objects.
-                yield candidate, self.evaluate(candidate, bench, prepared=future.result())
+            try:
+                for future in as_completed(futures):
+                    candidate = futures[future]
+                    # The pool's work is handed over: planning a build again costs a
+                    # parse of every source, even when the cache holds the objects.
+                    yield candidate, self.evaluate(candidate, bench,
+                                                   prepared=future.result())
+            except BaseException:  # a stopped run: no build that has not begun begins
+                for future in futures:
+                    future.cancel()
+                raise
 
     def _run(self, candidate: Candidate, built: BuildResult | None, bench: bool) -> Evaluation:
         self.probe()  # no GPU: say so before spending minutes on builds
         original = self.original()
+        # Trying new added inputs on the original is a job of its own, before this one.
+        added = self._added(candidate) if built is not None else Contract()
         started = time.monotonic()
         payload = self._payload(original, built, bench)
         if built is not None:
             payload["kernels"] = self._kernels(candidate)
             payload["sizes"] = list(self.compared_sizes(candidate))
+            payload["added"] = [t.to_json() for t in added.admitted]
+            if self.settings.clean_room and self.settings.runtime_checks:
+                payload["clean_room"] = self.isolation.outputs_folder(candidate.hash)
         payload_s = time.monotonic() - started
-        job = self.session.call(f"{JOBS}:evaluate", payload, timeout_s=self.settings.job_timeout_s)
+        job = self.isolation.evaluate_job(self.session, candidate.hash, payload)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
             return _runtime_failure(candidate.hash, job, resources)
+        clean_s = self.isolation.judge_saved(payload, job.value)
         judged = time.monotonic()
         result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
-        result = _unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
+        result = replace(result, findings=(*result.findings,
+                                           *precision_finding(job.value.get("precision"))))
+        result = unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
         if result.checks and not any(c.against == "reference" for c in result.checks):
             result = replace(result, findings=(*result.findings, no_reference_finding(self.task)))
+        result = replace(result, findings=(*result.findings, *added.findings()))
         # This process's share beside the worker's own phases: a GPU that waits on its
         # driver (payload, pipe, judging) shows it, e.g. with several GPUs at once.
         return replace(result, phases={**result.phases, "driver-payload": payload_s,
+                                       "clean-room": clean_s,
                                        "driver-round-trip": job.duration_s,
                                        "driver-judge": time.monotonic() - judged})
+
+    def settle(self) -> None:
+        """After the last candidate of a session: see `Isolation.settle`."""
+        self.isolation.settle(self._session)
 
     def _kernels(self, candidate: Candidate) -> dict[str, list[str]]:
         """Kernel names defined in each build: the ones that count as the op's own."""
@@ -470,6 +554,8 @@ class Engine:
             "block": task.block,
             "signatures": [s.to_json() for s in self.signatures()],
             "seeds": [secrets.randbits(48) for _ in range(self.settings.seeds)],
+            "schedule": self._schedule_root,
+            "contract_seed": self._contract_seed,
             "baseline": candidate is None,
             "in_place": task.in_place,
             "probes": self.settings.runtime_checks,
@@ -507,9 +593,9 @@ class Engine:
         bad = next((c for c in checks if not c.passed), None)
         phases = {k: float(v) for k, v in value.get("phases", {}).items()}
         if bad is not None:
-            return replace(self._rejected(digest, bad, baseline, resources, checks, env,
+            return replace(rejected(digest, bad, baseline, resources, checks, env,
                                           timings), phases=phases)
-        physics = self._physics(timings)
+        physics = [*self._physics(timings), *lenient_findings(records)]
         impossible = strict(physics)
         if impossible:
             return failed(digest, "anticheat", impossible[0].line(), resources, checks=checks,
@@ -534,19 +620,6 @@ class Engine:
         return physics_findings(rates, self.device.get("peaks"),
                                 int(self.device.get("l2_bytes") or 0))
 
-    @staticmethod
-    def _rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],
-                  checks: tuple[Check, ...], env: Mapping[str, Any],
-                  timings: tuple[Any, ...]) -> Evaluation:
-        why = bad.error or bad.description or f"mismatch on {bad.input}"
-        if baseline or bad.check == "correctness":
-            stage: Stage = "baseline" if baseline else "correctness"
-            return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
-                          checks=checks, environment=env)
-        first = bad.finding()
-        return failed(digest, "anticheat", first.line(), resources, checks=checks,
-                      environment=env, timings=timings, findings=_evidence(first, checks))
-
 
 def no_reference_finding(task: KernelTask) -> Finding:
     """Every report of a kernel checked without a reference says so: the original was
@@ -559,22 +632,11 @@ def no_reference_finding(task: KernelTask) -> Finding:
     return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
 
 
-def _evidence(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
-    """Every anti-cheating check that failed, the one that decided first: a cheat often
-    trips more than one (a library call is both a foreign kernel and, through its host
-    overhead, a timer disagreement), and the report shows all of them."""
-    seen, out = {first.check}, [first]
-    for check in checks:
-        if not check.passed and check.check not in seen and check.check != "correctness":
-            seen.add(check.check)
-            out.append(check.finding())
-    return tuple(out)
-
-
 def _artifact(result: BuildResult) -> dict[str, Any]:
     return {
         "artifact": str(result.artifact),
         "module_name": result.module_name,
+        "init": result.init,
         "namespaces": dict(result.library_namespaces),
     }
 
@@ -584,20 +646,6 @@ def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> E
     return failed(
         digest, "runtime", job.reason, [*resources, *([diag] if diag is not None else [])]
     )
-
-
-def _unverified_sizes(result: Evaluation, sizes: Sequence[int],
-                      inputs: Sequence[str]) -> Evaluation:
-    """A candidate that compares a size with a number is verified at that number where
-    inputs of that size fit; where none did, its report says so rather than let the
-    `size-literal` warning promise a check that did not run."""
-    if not sizes or any(label.startswith(COMPARED_SIZE) for label in inputs):
-        return result
-    said = ", ".join(str(v) for v in sizes)
-    return replace(result, findings=(*result.findings, Finding(
-        "size-literal", "runtime", "warn", f"not verified at the sizes the candidate compares "
-        f"with ({said}): inputs with a dimension that large exceed the verification limit",
-        f"verified on {len(inputs)} other input sets")))
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:

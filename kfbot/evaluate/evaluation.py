@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kfbot.anticheat.findings import Finding, Layer
+from kfbot.evaluate.light import Floor, floating_dtype, floor_for, matmul_flops, percent, run_light
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.stats import Speedup, compare_times, geometric_mean
 from kfbot.evaluate.steps import StepReport
@@ -82,6 +83,16 @@ class ShapeTiming:
     # The call signature the shape was timed with (CallSignature JSON): what a
     # reproduction makes its inputs from.
     signature: Mapping[str, Any] | None = field(default=None, compare=False)
+    floor: Floor | None = None  # the speed of light on this GPU (see `light`)
+
+    @property
+    def light(self) -> float | None:
+        """The candidate's % of the speed of light: floor time / its median time."""
+        return percent(self.floor.us if self.floor else None, self.speedup.candidate.median)
+
+    @property
+    def original_light(self) -> float | None:
+        return percent(self.floor.us if self.floor else None, self.speedup.baseline.median)
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,20 @@ class Evaluation:
         if not self.timings:
             return None
         return geometric_mean([t.speedup.ratio for t in self.timings])
+
+    @property
+    def light(self) -> float | None:
+        """The candidate's % of the speed of light over the shapes that are not
+        launch-bound (geometric mean), if any has a floor."""
+        found = run_light([(t.floor.us if t.floor else None, t.speedup.candidate.median)
+                           for t in self.timings])
+        return None if found is None else 100.0 * found
+
+    @property
+    def original_light(self) -> float | None:
+        found = run_light([(t.floor.us if t.floor else None, t.speedup.baseline.median)
+                           for t in self.timings])
+        return None if found is None else 100.0 * found
 
     @property
     def verdict(self) -> Verdict | None:
@@ -168,6 +193,10 @@ def shape_timings(
         bandwidth = rec.get("bytes", 0) / seconds if seconds > 0 else None
         flops = rec.get("flops")
         rate = flops / seconds if flops and seconds > 0 else None
+        inferred = None if flops else matmul_flops(rec.get("signature"))
+        floor = floor_for(int(rec.get("bytes", 0)), flops or inferred,
+                          floating_dtype(rec.get("signature")), peaks,
+                          "declared" if flops else "matmul shape" if inferred else "")
         out.append(
             ShapeTiming(
                 input=rec["input"],
@@ -177,6 +206,7 @@ def shape_timings(
                 flop_rate=rate,
                 bound=_bound(bandwidth, rate, seconds, peaks),
                 signature=rec.get("signature"),
+                floor=floor,
             )
         )
     return tuple(out)
@@ -195,3 +225,30 @@ def _bound(bandwidth: float | None, flop_rate: float | None, seconds: float,
             bandwidth / peaks["bandwidth_bytes_per_s"] >= 0.5:
         return "memory-bound"
     return "under-utilised"
+
+
+def evidence_of(first: Finding, checks: Sequence[Check]) -> tuple[Finding, ...]:
+    """Every anti-cheating check that failed, the one that decided first: a cheat often
+    trips more than one (a library call is both a foreign kernel and, through its host
+    overhead, a timer disagreement), and the report shows all of them."""
+    seen, out = {first.check}, [first]
+    for check in checks:
+        if not check.passed and check.check not in seen and check.check != "correctness":
+            seen.add(check.check)
+            out.append(check.finding())
+    return tuple(out)
+
+
+def rejected(digest: str, bad: Check, baseline: bool, resources: Sequence[Any],
+             checks: tuple[Check, ...], env: Mapping[str, Any],
+             timings: tuple[Any, ...]) -> Evaluation:
+    """The evaluation a failed check makes: a baseline or correctness failure, or an
+    anti-cheating rejection with every failed check as evidence (`evidence_of`)."""
+    why = bad.error or bad.description or f"mismatch on {bad.input}"
+    if baseline or bad.check == "correctness":
+        stage: Stage = "baseline" if baseline else "correctness"
+        return failed(digest, stage, f"{bad.input} vs {bad.against}: {why}", resources,
+                      checks=checks, environment=env)
+    first = bad.finding()
+    return failed(digest, "anticheat", first.line(), resources, checks=checks,
+                  environment=env, timings=timings, findings=evidence_of(first, checks))

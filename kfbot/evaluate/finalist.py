@@ -3,7 +3,8 @@ against a copy of the repository with the candidate applied.
 
 kfbot's fast builds and its own checks decide the search; before a winner is
 published it must also pass what the repository's authors wrote, built the way they
-build it: `setup.py build_ext --inplace`, or the `load()` calls its tests make. A
+build it: `setup.py build_ext --inplace` (a `pyproject.toml` installed into a folder of
+the copy's), or the `load()` calls its tests make. A
 kernel-builder repository is built by a tool kfbot does not run; there the tests get
 kfbot's build of the candidate, staged as the builder would lay it out (`staged`).
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot.evaluate import harness
+from kfbot.evaluate.build.own import OwnRecipe, own_recipe
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.capture_run import kfbot_import_dir
 from kfbot.evaluate.processes import Ran, run_process
@@ -66,7 +68,7 @@ def run_finalist(task: KernelTask, candidate: Candidate, timeout_s: float = 1800
     shown = tuple(step.shown for step in steps)
     with tempfile.TemporaryDirectory(prefix="kfbot-finalist-") as tmp:
         copy = _prepared_copy(task.root, Path(tmp), candidate)
-        env = _environment(Path(tmp), copy, staged)
+        env = _environment(Path(tmp), copy, staged, task)
         output = ""
         for index, step in enumerate(steps):
             left = timeout_s - (time.monotonic() - started)
@@ -99,7 +101,16 @@ def _prepared_copy(root: Path, tmp: Path, candidate: Candidate) -> Path:
     return copy
 
 
-def _environment(tmp: Path, copy: Path, staged: Sequence[StagedModule]) -> dict[str, str]:
+def _own(task: KernelTask) -> OwnRecipe | None:
+    """The repository's own build, where it builds the extension itself."""
+    if task.build.kind in ("setup_py", "repository") and \
+            Path(task.build.file).name in ("setup.py", "pyproject.toml"):
+        return own_recipe(task.build.file)
+    return None
+
+
+def _environment(tmp: Path, copy: Path, staged: Sequence[StagedModule],
+                 task: KernelTask) -> dict[str, str]:
     extra = {"TORCH_EXTENSIONS_DIR": str(tmp / "torch_ext"), "PYTHONDONTWRITEBYTECODE": "1",
              "PYTHONUNBUFFERED": "1"}
     if staged:
@@ -110,18 +121,21 @@ def _environment(tmp: Path, copy: Path, staged: Sequence[StagedModule]) -> dict[
         extra[STAGED_ENV] = encode(inside)
     env = untrusted_env(extra)
     # The harness that starts the tests and scripts is kfbot's, importable alone.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(kfbot_import_dir(tmp)),
+    # A package the repository builds itself is importable as an install would make it.
+    recipe = _own(task) if task.build.kind == "repository" else None
+    built = [str(recipe.library_root(copy)), str(copy / recipe.folder)] if recipe else []
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(kfbot_import_dir(tmp)), *built,
                                                       env.get("PYTHONPATH")]))
     return env
 
 
 def _steps(task: KernelTask, python: str, staged: bool) -> list[_Step]:
     steps: list[_Step] = []
-    if task.build.kind == "setup_py" and not staged:
-        # Built in place so that the tests import this copy's extension.
-        setup = Path(task.build.file)
-        steps.append(_Step([python, "-u", setup.name, "build_ext", "--inplace"],
-                           str(setup.parent), f"python -u {setup.name} build_ext --inplace"))
+    recipe = _own(task)
+    if recipe is not None and not staged:
+        # Built in place (or into the copy's private folder) so that the tests import
+        # this copy's libraries.
+        steps.append(_Step(recipe.command(python), recipe.folder or ".", recipe.typed()))
     if task.test_targets:
         args = ["-q", "-p", "no:cacheprovider", *task.test_targets]
         steps.append(_Step(harness.command(python, "pytest", *args), ".",

@@ -12,9 +12,12 @@ Before the repository's code runs, kfbot's builds are made importable under thei
 real names (`kfbot.evaluate.staged`). A script runs as a script: `__name__` is
 "__main__", its own folder is the working folder and `sys.path[0]`, and, when
 `KFBOT_CAPTURE` asks for it, the op calls it makes are recorded and saved as they
-come, so a script that fails or exits later keeps what it showed.
+come, so a script that fails or exits later keeps what it showed. When
+`KFBOT_OBSERVE` asks for it, the kernels the whole script launched are recorded too
+(`kfbot.evaluate.observe.recorder`), with whether it exited cleanly.
 
-This module imports neither torch nor, for scripts, pytest.
+This module imports neither torch nor, for scripts, pytest; the observer, when asked
+for, imports torch before the script runs (its profiler must be running first).
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import sys
 from pathlib import Path
 
 from kfbot.evaluate.capture import Capture, output_path, request_from_environment
+from kfbot.evaluate.observe.protocol import Outcome
+from kfbot.evaluate.observe.protocol import request_from_environment as observe_request
+from kfbot.evaluate.observe.recorder import Recorder
 from kfbot.evaluate.sandbox import python_module
 from kfbot.evaluate.staged import install_from_environment
 
@@ -62,12 +68,31 @@ def _script(path: Path, args: list[str]) -> None:
     os.chdir(script.parent)
     sys.path.insert(0, str(script.parent))
     sys.argv = [path.name, *args]
+    observer = _start_observer()
     capture = _start_capture()
+    if capture is not None and observer is not None:
+        capture.around = observer.op_range
+    outcome: Outcome = "failed"
     try:
         runpy.run_path(str(script), run_name="__main__")
+        outcome = "passed"
+    except SystemExit as exc:
+        outcome = "passed" if exc.code in (None, 0) else "failed"
+        raise
     finally:
         if capture is not None:
             capture.save(output_path(capture.request.out))
+        if observer is not None:
+            observer.stop(outcome)
+
+
+def _start_observer() -> Recorder | None:
+    request = observe_request()
+    if request is None:
+        return None
+    observer = Recorder(request)
+    observer.start(os.environ.get(SCRIPT_ENV, ""))
+    return observer
 
 
 def _start_capture() -> Capture | None:

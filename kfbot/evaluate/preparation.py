@@ -13,22 +13,32 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kfbot.errors import KfbotError
 from kfbot.evaluate.baseline import (
     build_step,
     capture_steps,
+    own_build_step,
     pair_step,
     reference_step,
     skipped,
 )
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
+from kfbot.evaluate.build.own import OwnBuilder, Progress, own_recipe
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
 from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
-from kfbot.evaluate.repository_build import Fallback, setup_py_fallback, staged_modules
+from kfbot.evaluate.repository_build import (
+    OwnOriginal,
+    Registrations,
+    fallback_recipe,
+    own_candidate,
+    own_original,
+    registrations,
+    staged_modules,
+)
 from kfbot.evaluate.signature import SIGNATURE_FORMAT, CallSignature, OpRef
 from kfbot.evaluate.staged import StagedModule
 from kfbot.evaluate.steps import StepReport
@@ -49,46 +59,66 @@ class Captured:
 class Preparation:
     def __init__(self, task: KernelTask, builder: Builder,
                  request: Callable[[Candidate], BuildRequest], cache_dir: Path,
-                 capture_timeout_s: float) -> None:
+                 capture_timeout_s: float, progress: Progress | None = None) -> None:
         self.task = task
         self.builder = builder
         self._request = request
         self._cache_dir = cache_dir
         self._capture_timeout_s = capture_timeout_s
-        self._attempt: tuple[BuildResult, Fallback | None] | None = None
+        # The repository's own builds, where it builds itself: with their own budget, and
+        # a heartbeat to `progress` while they run.
+        self.own = OwnBuilder(cache_dir / "own", task.own_build_timeout_s, progress)
+        self._attempt: tuple[BuildResult, OwnOriginal | None] | None = None
         self._real: BuildResult | None = None
         self._staged: tuple[StagedModule, ...] | None = None
         self._captured: Captured | None = None
         self._steps: tuple[StepReport, ...] | None = None
-        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._registrations: Registrations | None = None
 
     def close(self) -> None:
-        if self._scratch is not None:
-            self._scratch.cleanup()
+        """Nothing to remove: the repository's own builds are kept, by content, in
+        kfbot's cache."""
 
     # --- the original --------------------------------------------------------------
 
-    def original_attempt(self) -> tuple[BuildResult, Fallback | None]:
-        """kfbot's build of the original and, where it failed on a setup.py extension,
-        the repository's own build in a scratch copy."""
+    def original_attempt(self) -> tuple[BuildResult, OwnOriginal | None]:
+        """kfbot's build of the original and, where it failed or the recipe is the
+        repository's own, the repository's own build in a scratch copy."""
         if self._attempt is None:
-            built = self.builder.build(self._request(ORIGINAL))
-            fallback = None
-            if not built.ok and self.task.build.kind == "setup_py":
-                if self._scratch is None:
-                    self._scratch = tempfile.TemporaryDirectory(prefix="kfbot-setup-")
-                fallback = setup_py_fallback(self.task.root, self.task.build,
-                                             Path(self._scratch.name))
-            self._attempt = (built, fallback)
+            recipe = self.task.build
+            if recipe.kind == "repository":
+                mine = own_original(self.task.root, own_recipe(recipe.file), self.own,
+                                    self.task.definition, recipe.name)
+                self._attempt = (mine.result(), mine)
+            else:
+                built = self.builder.build(self._request(ORIGINAL))
+                own = self._own_original() if not built.ok else None
+                self._attempt = (built, own)
         return self._attempt
+
+    def _own_original(self) -> OwnOriginal | None:
+        recipe = fallback_recipe(self.task.build)
+        if recipe is None:
+            return None
+        return own_original(self.task.root, recipe, self.own, self.task.definition,
+                            self.task.build.name)
+
+    @property
+    def own_built(self) -> OwnOriginal | None:
+        """The repository's own build, when it is the one the original and the
+        candidates use (the recipe is its own, or kfbot's build failed)."""
+        built, own = self.original_attempt()
+        return own if own is not None and own.ok and not (
+            built.ok and self.task.build.kind != "repository") else None
 
     def repository_build(self) -> BuildResult | None:
         """The original built with the names the repository's code uses: kfbot's build,
-        else the repository's own setup.py build; None when neither built."""
+        else the repository's own build; None when neither built."""
         if self._real is None:
-            built, fallback = self.original_attempt()
-            if fallback is not None and fallback.ok:
-                self._real = fallback.result(self.task.build)
+            built, _ = self.original_attempt()
+            own = self.own_built
+            if own is not None:
+                self._real = own.result()
             elif built.ok:
                 request = replace(self._request(ORIGINAL), tag="repo", real_names=True)
                 self._real = self.builder.build(request)
@@ -96,22 +126,66 @@ class Preparation:
                 self._real = built
         return self._real if self._real.ok else None
 
+    def build(self, request: BuildRequest) -> BuildResult:
+        """A candidate's build: the repository's own where the original's is, else
+        kfbot's."""
+        return self.candidate_build(request) or self.builder.build(request)
+
+    def build_many(self, requests: Sequence[BuildRequest]) -> list[BuildResult]:
+        """`build` for a batch: kfbot's on every core, the repository's own one at a
+        time (its workshop serves one build)."""
+        if self.own_built is not None:
+            return [self.build(r) for r in requests]
+        return self.builder.build_many(requests)
+
+    def candidate_build(self, request: BuildRequest) -> BuildResult | None:
+        """A candidate built by the repository's own build, when the original was;
+        None when kfbot builds candidates itself."""
+        own = self.own_built
+        if own is None:
+            return None
+        if self._registrations is None and own.artifact is not None:
+            self._registrations = registrations(own.build, own.artifact)
+        assert self._registrations is not None  # an own build that is ok has its library
+        return own_candidate(own, self.own, self._registrations, request)
+
     def staged(self) -> tuple[StagedModule, ...]:
-        """The original as the repository's tests import it, under its real names."""
+        """The original as the repository's tests import it, under its real names (none
+        for the repository's own build: its tests run in the tree it built)."""
         if self._staged is None:
             built = self.repository_build()
-            self._staged = staged_modules(self.task.root, self.task.build, built) \
-                if built is not None else ()
+            own = self.own_built
+            if own is not None and self.task.build.kind == "repository":
+                self._staged = ()
+            else:
+                self._staged = staged_modules(self.task.root, self.task.build, built) \
+                    if built is not None else ()
         return self._staged
+
+    def test_tree(self) -> tuple[Path, dict[str, str]]:
+        """Where the repository's tests run, and what their environment adds: the tree
+        of the repository's own build (its libraries in place, its folder importable as
+        an installed package would be), else the repository itself."""
+        own = self.own_built
+        if own is None or self.task.build.kind != "repository":
+            return self.task.root, {}
+        tree = own.build.original
+        folder = tree / own.build.recipe.folder
+        paths = [own.build.recipe.library_root(tree), folder]
+        return tree, {"PYTHONPATH": os.pathsep.join(dict.fromkeys(str(p) for p in paths))}
 
     def op_ref(self) -> OpRef:
         """The op as the repository's code reaches it (in the real-names build, a
-        namespace named by a macro is the one that macro stands for)."""
+        namespace named by a macro is the one that macro stands for; in the
+        repository's own build, a module is the library the kernel was found in)."""
         op = self.task.op
         if op.kind == "torch_op":
             real = self.repository_build()
             names = real.library_namespaces if real is not None else {}
             return OpRef.parse(f"torch.ops.{names.get(op.module, op.module)}.{op.name}")
+        own = self.own_built
+        if op.kind == "module" and own is not None and own.module:
+            return OpRef.parse(f"{own.module}.{op.name}")
         return OpRef.parse(f"{op.module}.{op.name}")
 
     # --- the calls -----------------------------------------------------------------
@@ -136,14 +210,16 @@ class Preparation:
             return Captured(tuple(sigs), cached=len(sigs))
         if not self.task.test_targets and not self.task.script_targets:
             return Captured(())
+        tree, env = self.test_tree()
         result = capture_signatures(
-            self.task.root,
+            tree,
             self.task.test_targets,
             [self.op_ref()],
             timeout_s=self._capture_timeout_s,
             scripts=self.task.script_targets,
             staged=self.staged(),
             outer=[OpRef.parse(r.outer) for r in self.task.references if r.outer],
+            extra_env=env,
         )
         sigs = sorted(result.signatures, key=_size, reverse=True)
         if sigs:
@@ -168,17 +244,26 @@ class Preparation:
 
     def _steps_in_order(self) -> Iterator[StepReport]:
         yield pair_step(self.task)
-        built, fallback = self.original_attempt()
-        build = build_step(self.task, built, fallback.why if fallback and fallback.ok else "")
-        if build.failed and fallback is not None:
-            build = replace(build, summary=f"{build.summary}; the fallback: {fallback.why}",
-                            evidence="\n".join(filter(None, (build.evidence,
-                                                               fallback.evidence()))))
+        built, own = self.original_attempt()
+        if self.task.build.kind == "repository":
+            build = own_build_step(self.task, own)
+        else:
+            build = build_step(self.task, built, own.why if own and own.ok else "")
+        if build.failed and own is not None and self.task.build.kind != "repository":
+            build = replace(build, summary=f"{build.summary}; the repository's own build: "
+                            f"{own.why}", evidence="\n".join(filter(None, (
+                                build.evidence, own.evidence()))))
         yield build
         if build.failed:
             yield from skipped("build", ("import", "capture", "reference"))
             return
-        captured = self.captured()
+        try:
+            captured = self.captured()
+        except KfbotError as exc:  # the tests could not even be started
+            yield StepReport("import", "skipped", "not run: the tests could not be started")
+            yield StepReport("capture", "failed", f"the tests could not be started: {exc}")
+            yield from skipped("capture", ("reference",))
+            return
         staged = [m.name for m in self.staged()]
         yield from capture_steps(self.task, captured.run, captured.cached, staged)
         yield reference_step(self.task)

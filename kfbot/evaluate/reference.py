@@ -43,6 +43,9 @@ class ReferenceSpec:
     # The wrapper the test calls ("fusedact:fused_gelu") when it is not the op: the
     # reference is over its arguments (see `kfbot.evaluate.via`).
     outer: str | None = None
+    # How the test compares ("torch.allclose"): what it accepts, kfbot accepts too,
+    # and says where its own comparison would have been stricter.
+    comparison: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -53,6 +56,7 @@ class ReferenceSpec:
             "callable_ref": self.callable_ref,
             "tests": list(self.tests),
             "outer": self.outer,
+            "comparison": self.comparison,
         }
 
 
@@ -121,7 +125,7 @@ def _lambda(
     return ReferenceSpec(source=source, imports=carried.imports,
                          description=f"{ref.reference} from {ref.file}:{ref.line}",
                          definitions=carried.definitions, tests=(_test_id(ref),),
-                         outer=outer_ref(root, ref))
+                         outer=outer_ref(root, ref), comparison=ref.comparison)
 
 
 def outer_ref(root: Path, ref: ReferenceTest) -> str | None:

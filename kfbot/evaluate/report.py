@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from kfbot.evaluate.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
+from kfbot.evaluate.light import light_text
 from kfbot.evaluate.steps import StepReport, first_failure
+from kfbot.terminal import fitted, wrapped
 
 MARKS = {"faster": "✓ faster", "slower": "✗ slower", "noise": "≈ noise"}
-STEP_MARKS = {"ok": "[green]ok[/green]", "warning": "[yellow]warning[/yellow]",
-              "failed": "[red]FAILED[/red]", "skipped": "[dim]skipped[/dim]"}
+_PLAIN_MARKS = {"ok": ("ok", "green"), "warning": ("warning", "yellow"),
+                "failed": ("FAILED", "red"), "skipped": ("skipped", "dim")}
 
 
 def verdict_line(name: str, ev: Evaluation) -> str:
@@ -28,31 +33,51 @@ def verdict_line(name: str, ev: Evaluation) -> str:
     shapes = f"{len(ratios)} shape{'s' if len(ratios) != 1 else ''}"
     spread = f"per shape {min(ratios):.2f}x-{max(ratios):.2f}x" if len(ratios) > 1 else \
         f"95% CI {ev.timings[0].speedup.ci_low:.2f}-{ev.timings[0].speedup.ci_high:.2f}"
+    light = f", {ev.light:.0f}% of the speed of light" if ev.light is not None else ""
     return (f"{name}: {ev.speedup:.2f}x {MARKS[ev.verdict or 'noise']} (geometric mean over "
-            f"{shapes}; {spread}) on {gpu}, verified on {len(ev.checks)} checks")
+            f"{shapes}; {spread}){light} on {gpu}, verified on {len(ev.checks)} checks")
 
 
 def print_steps(steps: Sequence[StepReport], console: Console, details: bool = True) -> None:
     """Each baseline step with its outcome; with `details`, the evidence and the
-    suggested kfbot.yaml snippet of the steps that failed or warn."""
+    suggested kfbot.yaml snippet of the steps that failed or warn. Lines fit the
+    console's width where it is a terminal or $COLUMNS says it (kfbot.terminal)."""
+    columns = _columns(console)
     for step in steps:
-        console.print(f"{step.step:>10}  {STEP_MARKS[step.outcome]}  {escape(step.summary)}",
-                      highlight=False, soft_wrap=True)
+        mark, style = _PLAIN_MARKS[step.outcome]
+        head = f"{step.step:>11}  {mark}  "
+        for n, line in enumerate(wrapped(head + step.summary, columns, len(head))):
+            text = Text(line)
+            if n == 0:
+                text.stylize(style, 13, 13 + len(mark))
+            console.print(text, highlight=False, soft_wrap=True)
         if details and step.outcome in ("failed", "warning"):
             print_step_details(step, console)
+        elif details and step.step == "pair" and step.evidence:
+            # The observed tests: what running them on a GPU showed, one per line.
+            for line in step.evidence.splitlines():
+                console.print(f"            | {line}", highlight=False, markup=False,
+                              soft_wrap=True)
 
 
 def print_step_details(step: StepReport, console: Console) -> None:
+    columns = _columns(console)
+    lines: list[str] = []
     if step.evidence:
-        console.print("            the last lines of its output:", highlight=False)
-        for line in step.evidence.splitlines():
-            console.print(f"            | {line}", highlight=False, markup=False,
-                          soft_wrap=True)
+        lines.append("             what was checked:" if step.step == "environment" else
+                     "             evidence:")
+        lines += fitted((f"             | {line}" for line in step.evidence.splitlines()),
+                        columns, 4)
     if step.suggestion:
-        console.print("            kfbot.yaml that would get past this step:", highlight=False)
-        for line in step.suggestion.splitlines():
-            console.print(f"              {line}", highlight=False, markup=False,
-                          soft_wrap=True)
+        lines.append("             kfbot.yaml that would get past this step:")
+        # YAML is not wrapped: a folded line would no longer be the same YAML.
+        lines += [f"               {line}" for line in step.suggestion.splitlines()]
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _columns(console: Console) -> int | None:
+    return console.width if console.is_terminal or os.environ.get("COLUMNS") else None
 
 
 def print_failed_step(ev: Evaluation, console: Console) -> None:
@@ -80,8 +105,10 @@ def print_checks(ev: Evaluation, console: Console) -> None:
 
 
 def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
-    table = Table(title="benchmark (µs, median ± IQR; speedup = original / candidate)")
-    for col in ("input", "original", "candidate", "speedup", "95% CI", "verdict", "bound"):
+    table = Table(title="benchmark (µs, median ± IQR; speedup = original / candidate; "
+                        "% of light = the floor this GPU allows / the candidate's time)")
+    for col in ("input", "original", "candidate", "speedup", "95% CI", "verdict",
+                "% of light", "floor µs", "bound"):
         table.add_column(col)
     for t in timings:
         s = t.speedup
@@ -92,18 +119,35 @@ def print_timings(timings: Sequence[ShapeTiming], console: Console) -> None:
             f"{s.ratio:.3f}x",
             f"{s.ci_low:.3f}-{s.ci_high:.3f}",
             MARKS[s.verdict],
+            light_text(t.light),
+            _floor_text(t),
             t.bound,
         )
     console.print(table)
 
 
+def _floor_text(t: ShapeTiming) -> str:
+    if t.floor is None:
+        return "–"
+    return f"{t.floor.us:.2f} ({t.floor.bound})"
+
+
 def print_findings(ev: Evaluation, console: Console) -> None:
     """Anti-cheating findings: what rejected the candidate, warnings, review flags."""
     for f in ev.findings:
-        style = "red" if f.severity == "strict" else "yellow"
+        if f.check == CONTRACT_FINDING:
+            continue
+        style = {"strict": "red", "warn": "yellow"}.get(f.severity, "dim")
         where = f"\n    {f.evidence}" if f.evidence else ""
         text = escape(f"[{f.check}] {f.reason}{where}")
         console.print(f"[{style}]{f.layer} {f.severity}[/{style}] {text}", highlight=False)
+    about = [f for f in ev.findings if f.check == CONTRACT_FINDING]
+    if about:
+        console.print(f"[yellow]about the original[/yellow] ({len(about)} added inputs left "
+                      "out of the contract; candidates are not checked on them):",
+                      highlight=False)
+    for f in about:
+        console.print(f"    {escape(f.reason)}", highlight=False)
 
 
 def print_diagnostics(ev: Evaluation, console: Console) -> None:
@@ -150,6 +194,11 @@ def _timing_json(t: ShapeTiming) -> dict[str, Any]:
         "bandwidth_bytes_per_s": t.bandwidth,
         "flop_per_s": t.flop_rate,
         "bound": t.bound,
+        "floor_us": t.floor.us if t.floor else None,
+        "floor_bound": t.floor.bound if t.floor else None,
+        "floor_flops_from": t.floor.flops_from if t.floor else None,
+        "percent_of_light": t.light,
+        "original_percent_of_light": t.original_light,
         "signature": dict(t.signature) if t.signature else None,
     }
 
@@ -158,19 +207,26 @@ def to_markdown(name: str, ev: Evaluation) -> str:
     lines = [f"**{verdict_line(name, ev)}**", ""]
     if ev.timings:
         lines += [
-            "| input | original µs | candidate µs | speedup | 95% CI | verdict |",
-            "|---|---|---|---|---|---|",
+            "| input | original µs | candidate µs | speedup | 95% CI | verdict "
+            "| % of speed of light |",
+            "|---|---|---|---|---|---|---|",
         ]
         for t in ev.timings:
             s = t.speedup
             lines.append(
                 f"| {t.input} | {s.baseline.median:.2f} ± {s.baseline.iqr:.2f} | "
                 f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f} | {s.ratio:.3f}x | "
-                f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} |"
+                f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | "
+                f"{light_text(t.light)} |"
             )
-    if ev.findings:
+    cheats = [f for f in ev.findings if f.check != CONTRACT_FINDING]
+    about = [f for f in ev.findings if f.check == CONTRACT_FINDING]
+    if cheats:
         lines += ["", "Anti-cheating findings:", ""]
-        lines += [f"- {f.layer}/{f.severity}: {f.line()}" for f in ev.findings]
+        lines += [f"- {f.layer}/{f.severity}: {f.line()}" for f in cheats]
+    if about:
+        lines += ["", "About the original (inputs left out of the contract):", ""]
+        lines += [f"- {f.reason}" for f in about]
     failure = first_failure(ev.steps)
     if failure is not None:
         lines += ["", f"Stopped at the {failure.step} step: {failure.summary}"]

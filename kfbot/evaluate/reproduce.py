@@ -110,6 +110,10 @@ def _task(root: Path, request: Request) -> KernelTask:
 def _built(engine: Engine, what: str, tag: str) -> BuildResult:
     """The copy's own build. Its own tag: two builds of one extension name must not
     share a module name or a TORCH_LIBRARY namespace in one worker."""
+    if engine.task.build.kind == "repository":
+        raise KfbotError(f"{what}: reproducing a run needs kfbot's own build of the "
+                         "extension; this repository builds itself (its setup.py or CMake)",
+                         EXIT_FAILURE)
     result = engine.builder.build(replace(engine.request(ORIGINAL), tag=tag))
     if not result.ok:
         first = next((d.message for d in result.diagnostics if d.severity == "error"),

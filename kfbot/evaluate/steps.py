@@ -23,7 +23,8 @@ from typing import Literal
 
 from kfbot.scan.model import BuildRecipe
 
-StepName = Literal["pair", "build", "import", "capture", "reference", "comparison"]
+StepName = Literal["environment", "pair", "build", "import", "capture", "reference",
+                   "comparison"]
 Outcome = Literal["ok", "warning", "failed", "skipped"]
 
 NO_REFERENCE = "checked against the original, no independent reference"
@@ -57,8 +58,10 @@ def _task_head(kernel_id: str, name: str) -> list[str]:
     return ["tasks:", f"  - name: {name}", f"    kernel: {kernel_id}"]
 
 
-def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe) -> str:
-    listed = ", ".join(recipe.sources) if recipe.sources else "csrc/op.cpp, csrc/op_kernel.cu"
+def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe,
+                  files: tuple[str, ...] = ()) -> str:
+    """`files`: the sources to list when the recipe's are not known (the kernel's)."""
+    listed = ", ".join(recipe.sources or files or (recipe.file,))
     kind = recipe.kind if recipe.kind in ("load", "load_inline", "setup_py") else "load"
     flags = ", ".join(f'"{f}"' for f in recipe.extra_cuda_cflags) or '"-O3"'
     return "\n".join([
@@ -68,6 +71,22 @@ def build_snippet(kernel_id: str, name: str, recipe: BuildRecipe) -> str:
         f"      name: {recipe.name}",
         f"      sources: [{listed}]",
         f"      extra_cuda_cflags: [{flags}]  # every flag the repository passes",
+    ])
+
+
+def repository_build_snippet(kernel_id: str, name: str, file: str, library: str) -> str:
+    """The repository builds itself with `file`; `library`, where one is known, is the
+    module of a library it built (without it, the kernel's symbols choose)."""
+    named = [f"      name: {library}    # the module of the library that holds the kernel"] \
+        if library else []
+    return "\n".join([
+        *_task_head(kernel_id, name),
+        "    build:",
+        "      kind: repository              # the repository's own build, in a scratch copy",
+        f"      file: {file}",
+        *named,
+        "repository_build:",
+        "  timeout: 60m                     # the time the repository's own build may take",
     ])
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Literal
 
 from kfbot.config import Config, TaskConfig
-from kfbot.errors import KfbotError
+from kfbot.errors import EXIT_FAILURE, KfbotError
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
+from kfbot.evaluate.steps import StepName
 from kfbot.evaluate.tolerances import floor_with_defaults
 from kfbot.paths import resolve_inside
-from kfbot.scan.model import Binding, BuildRecipe, Kernel, ReferenceTest, Tunable
+from kfbot.scan.model import Binding, BuildRecipe, Kernel, KernelDef, ReferenceTest, Tunable
 from kfbot.text import read_source
 
 OpKind = Literal["module", "torch_op", "callable"]
@@ -60,6 +61,12 @@ class KernelTask:
     # The other kernels of the build that have an op to verify: a candidate that changes
     # code shared with one of them must pass that op too (evaluate/neighbours.py).
     neighbours: tuple[KernelTask, ...] = ()
+    # The definition as scanned: the built library that holds it is found by its name,
+    # namespace and template arguments (the repository's own builds).
+    definition: KernelDef | None = None
+    own_build_timeout_s: float = 3600.0  # the repository's own build (kfbot.yaml)
+    # What running the tests on a GPU showed: one line per test seen launching the kernel.
+    observed: tuple[str, ...] = ()
 
 
 def make_task(kernel: Kernel, root: Path, config: Config,
@@ -91,6 +98,9 @@ def make_task(kernel: Kernel, root: Path, config: Config,
         flops=task_cfg.flops if task_cfg else None,
         tunables=kernel.tunables,
         neighbours=_neighbours(kernel, build, others, root, config),
+        definition=kernel.definition,
+        own_build_timeout_s=config.repository_build.timeout_s,
+        observed=tuple(t.line() for t in kernel.observed),
     )
 
 
@@ -119,12 +129,21 @@ def _check_sources(root: Path, editable: tuple[str, ...]) -> None:
         read_source(resolve_inside(root, rel, "kernel source"), rel)
 
 
+class TaskError(KfbotError):
+    """Why no task can be made of a kernel, as the baseline step it stops at (`kfbot
+    verify --explain` shows that step's evidence and the kfbot.yaml that gets past it)."""
+
+    def __init__(self, message: str, step: StepName) -> None:
+        super().__init__(message, EXIT_FAILURE)
+        self.step: StepName = step
+
+
 def _build(kernel: Kernel) -> BuildRecipe:
     if not kernel.builds:
-        raise KfbotError(
-            f"{kernel.id}: kfbot cannot tell how this kernel is built; declare "
-            "a task with a `build:` section in kfbot.yaml"
-        )
+        raise TaskError(
+            f"{kernel.id}: kfbot cannot tell how this kernel is built (`kfbot verify "
+            f"{kernel.name} --explain` shows what the scan read, and the `build:` section "
+            "of kfbot.yaml that would tell it)", "build")
     declared = [b for b in kernel.builds if b.origin == "declared"]
     return (declared or list(kernel.builds))[0]
 
@@ -132,10 +151,9 @@ def _build(kernel: Kernel) -> BuildRecipe:
 def _op(kernel: Kernel, build: BuildRecipe) -> OpBinding:
     bindings = [b for b in kernel.bindings if b.cpp_function is not None]
     if not bindings:
-        raise KfbotError(
+        raise TaskError(
             f"{kernel.id}: no Python binding reaches this kernel "
-            "(no pybind11 m.def or TORCH_LIBRARY op calls its launcher)"
-        )
+            "(no pybind11 m.def or TORCH_LIBRARY op calls its launcher)", "pair")
     tested = {r.op_name for r in kernel.references}
     chosen = next((b for b in bindings if b.name in tested), bindings[0])
     return _binding_op(chosen, build)
@@ -169,7 +187,7 @@ def _targets(refs: tuple[ReferenceTest, ...], kind: str) -> tuple[str, ...]:
     targets = [
         f"{r.file}::{r.test.split('.')[0]}" if r.kind == "pytest" else r.file
         for r in refs
-        if r.origin == "discovered" and r.kind == kind
+        if r.origin in ("discovered", "observed") and r.kind == kind
     ]
     return tuple(dict.fromkeys(targets))
 

@@ -9,19 +9,19 @@ the runner's documented syntax, escaping included.
 
 from __future__ import annotations
 
-import base64
 import math
 import re
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from kfbot.errors import KfbotError
 from kfbot.search.budget import parse_duration, parse_percent
+from kfbot.text import utf8_safe
 
-COMMANDS = ("auto", "optimize", "scan", "guard", "authorize")
+COMMANDS = ("auto", "optimize", "scan", "guard", "authorize", "publish")
 
 # GitHub refuses a step summary over 1 MiB; stay under it with room for the note.
 SUMMARY_LIMIT = 1024 * 1024 - 4096
@@ -43,6 +43,9 @@ class ActionInputs:
     head_sha: str = ""  # the pull request head an authorize job approved
     slowdown_threshold: float = 0.0  # guard: an input counts as slower beyond this (0.05)
     warn_only: bool = False  # guard: slowdowns are warnings, the step passes
+    # The two-job split: the folder the GPU job hands its run over in (it then writes
+    # nothing to GitHub), and the folder the publish job reads it from.
+    artifact: str = ""
 
 
 def _text(value: str) -> str:
@@ -92,6 +95,13 @@ def _relative_path(value: str) -> str:
     return value
 
 
+def _absolute_path(value: str) -> str:
+    if not PurePosixPath(value).is_absolute():
+        raise ValueError(f"expected an absolute path such as ${{{{ runner.temp }}}}/kfbot-run, "
+                         f"got {value!r}")
+    return value
+
+
 def _sha(value: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{40}", value):
         raise ValueError(f"expected a full 40-character commit SHA, got {value!r}")
@@ -120,10 +130,14 @@ INPUTS: dict[str, tuple[str, Callable[[str], object]]] = {
     "head-sha": ("head_sha", _sha),
     "slowdown-threshold": ("slowdown_threshold", parse_percent),
     "warn-only": ("warn_only", _boolean),
+    "artifact": ("artifact", _absolute_path),
 }
 # Inputs the composite action's shell steps use before kfbot runs (the interpreter
 # that installs and starts it); kfbot itself never reads them.
 STEP_ONLY_INPUTS = ("python",)
+# Inputs the run step passes under a variable of their own, which the part of kfbot
+# that obeys them reads (the sandbox: whether untrusted code may run without one).
+ENV_INPUTS = {"allow-unsandboxed": "KFBOT_ALLOW_UNSANDBOXED"}
 SECRET_INPUTS = ("token", "anthropic-api-key")
 
 
@@ -144,6 +158,23 @@ def read_inputs(env: Mapping[str, str]) -> ActionInputs:
             shown = "the value given" if name in SECRET_INPUTS else str(exc)
             raise KfbotError(f"action input '{name}' ({env_name(name)}): {shown}") from None
     return ActionInputs(**values)  # type: ignore[arg-type]
+
+
+# GitHub ends a job after 360 minutes unless its `timeout-minutes` says otherwise.
+GITHUB_JOB_LIMIT_S = 360 * 60.0
+# Of the `time` input, kept for what the job does besides kfbot's search: installing,
+# publishing, the summary, uploading the run folder.
+MARGIN_SHARE = 0.10
+MARGIN_MIN_S = 120.0
+MARGIN_MAX_S = 900.0
+
+
+def search_seconds(time_input: float | None) -> float:
+    """The seconds optimize may take of the job's `time` (GitHub's job limit when it is
+    empty): that less a margin of 10 %, 2 to 15 minutes, and never less than half."""
+    total = time_input if time_input is not None else GITHUB_JOB_LIMIT_S
+    margin = min(max(MARGIN_SHARE * total, MARGIN_MIN_S), MARGIN_MAX_S)
+    return max(total - margin, total / 2)
 
 
 @dataclass(frozen=True)
@@ -169,37 +200,7 @@ class Result:
                 "head-sha": self.authorized_head}
 
 
-# ---- secrets ------------------------------------------------------------------------
-
-
-class Redactor:
-    """Replaces every known secret (and the forms git puts on the wire) with `***`."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for value in values:
-            if len(value) >= 4:
-                forms |= {value, _basic_auth(value)}
-        # Longest first, so a secret that contains another is replaced whole.
-        self.forms = tuple(sorted(forms, key=len, reverse=True))
-
-    def __call__(self, text: str) -> str:
-        for form in self.forms:
-            text = text.replace(form, "***")
-        return text
-
-    def mask_commands(self) -> list[str]:
-        """`::add-mask::` lines: the runner then hides the values in every log line."""
-        return [f"::add-mask::{escape_data(form)}" for form in self.forms]
-
-
-def _basic_auth(token: str) -> str:
-    # What an HTTPS git push with the token sends in its Authorization header.
-    return base64.b64encode(f"x-access-token:{token}".encode()).decode()
-
-
 # ---- workflow commands ----------------------------------------------------------------
-
 
 def escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
@@ -225,7 +226,7 @@ class Annotation:
                                      ("title", self.title)) if v not in (None, "")]
         joined = ",".join(f"{k}={escape_property(str(v))}" for k, v in props)
         head = f"::{self.level} {joined}" if joined else f"::{self.level}"
-        return f"{head}::{escape_data(self.message)}"
+        return utf8_safe(f"{head}::{escape_data(self.message)}")
 
 
 # ---- files the runner reads ------------------------------------------------------------
@@ -234,7 +235,7 @@ class Annotation:
 def output_lines(values: Mapping[str, str]) -> str:
     """`$GITHUB_OUTPUT` text: the heredoc form, safe for any value, multi-line included."""
     chunks = []
-    for name, value in values.items():
+    for name, value in ((utf8_safe(k), utf8_safe(v)) for k, v in values.items()):
         delimiter = f"ghadelimiter_{secrets.token_hex(16)}"
         while delimiter in value:  # would end the value early; practically never
             delimiter = f"ghadelimiter_{secrets.token_hex(16)}"
@@ -250,6 +251,7 @@ def write_outputs(path: Path | None, values: Mapping[str, str]) -> None:
 
 def fit_summary(markdown: str, report_path: str | None) -> str:
     """The summary cut to fit GitHub's 1 MiB limit, with a note where it was cut."""
+    markdown = utf8_safe(markdown)
     data = markdown.encode()
     if len(data) <= SUMMARY_LIMIT:
         return markdown

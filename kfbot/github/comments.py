@@ -39,7 +39,7 @@ from kfbot.github.authorize import (
 )
 from kfbot.github.events import CommentEvent
 from kfbot.github.markers import find_status_marker
-from kfbot.github.status import State, StatusComment, StatusReport
+from kfbot.github.status import State, StatusComment, StatusReport, withheld
 from kfbot.search.budget import parse_duration
 from kfbot.text import shown
 
@@ -56,6 +56,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "help": (),
 }
 NEEDS_KERNEL = ("optimize", "bench")
+RUNS_CODE = ("optimize", "bench")  # the others read files, run none
 # Upper bounds keep one comment from holding a GPU runner for days.
 MAX_BUDGET = 5000
 MAX_ISLANDS = 32
@@ -235,6 +236,7 @@ class _CommentRun:
         self.line = command_line(event.body) or PREFIX
         self.report = StatusReport(self.line, event.author, run_url=settings.run_url)
         self.comment: IssueComment | None = None
+        self.fork = False  # a fork's code runs: what it printed is not posted
         self.status: StatusComment | None = None
 
     def run(self) -> Result:
@@ -271,6 +273,7 @@ class _CommentRun:
             return Result("usage", USAGE)
         head = pin_head(self.repo, self.event.number, policy, command.sha, self.s.retry)
         self.report.head = head.short
+        self.fork = head.fork and command.name in RUNS_CODE
         if self.s.approved_head and head.sha != self.s.approved_head:
             raise HeadMoved(f"the head of pull request #{head.number} moved from "
                             f"{self.s.approved_head[:7]} to {head.short} after the command was "
@@ -313,13 +316,60 @@ class _CommentRun:
 
     def _show(self) -> None:
         if self.status is not None:
-            self.status.show(self.report)
+            final = self.fork and self.report.state in ("done", "failed")
+            self.status.show(withheld(self.report) if final else self.report)
 
     def _react(self, content: str) -> None:
         comment = self.comment
         if comment is not None:
             call(lambda: comment.create_reaction(content), f"reacting {content}",
                  self.s.retry)
+
+
+def answer_handed(event: CommentEvent, approved: str | None, work: Work,
+                  settings: Settings) -> tuple[Result, StatusReport | None]:
+    """Answer a command in a job that holds no token to write with (the GPU job of the
+    two-job workflow). The authorize job has reacted, checked the commenter's permission
+    and the fork policy, and pinned the head (`approved`); this job checks that the
+    checkout is that commit and runs the command. The status comment's last word comes
+    back for the publish job to post; a winner goes into the handoff (`work`)."""
+    why = ignored_because(event)
+    if why is not None:
+        return Result(f"nothing to do: {why}"), None
+    line = command_line(event.body) or PREFIX
+    report = StatusReport(line, event.author, run_url=settings.run_url)
+    try:
+        command: Command | CommandError = parse_command(line)
+    except CommandError as exc:
+        command = exc
+    try:
+        result = _run_handed(event.number, approved, command, work, settings, report)
+    except KfbotError as exc:
+        result = _failure(exc, command)
+    report.state = "done" if result.exit_code == EXIT_OK else "failed"
+    report.headline, report.details = result.headline, result.details
+    return result, report
+
+
+def _run_handed(number: int, approved: str | None, command: Command | CommandError,
+                work: Work, settings: Settings, report: StatusReport) -> Result:
+    if isinstance(command, CommandError):
+        raise command
+    if command.name == "help":
+        return Result("usage", USAGE)
+    if approved is None:
+        raise KfbotError("a job without a token to write with runs a comment command only "
+                         "on the head an authorize job pinned: pass that job's head-sha "
+                         "output as the head-sha input")
+    head = Head(number, approved, "", None, "", fork=False)
+    check_checkout(settings.root, head)
+    report.head = head.short
+    report.steps.append(f"✓ running on the pull request's head `{head.short}`")
+    if command.name == "scan":
+        return work.scan()
+    if command.name == "bench":
+        return work.bench(command)
+    return work.optimize(command, settings.policy(), head, lambda: None, lambda line: None)
 
 
 def _unreported(result: Result, exc: GitHubError) -> Result:

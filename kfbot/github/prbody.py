@@ -19,7 +19,9 @@ from typing import Any
 
 from kfbot import __version__
 from kfbot.anticheat.adequacy import Adequacy
+from kfbot.evaluate.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
+from kfbot.evaluate.light import light_text
 from kfbot.evaluate.report import MARKS
 from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
 from kfbot.search.archive import Individual
@@ -74,7 +76,8 @@ def verdict(name: str, ev: Evaluation) -> str:
         spread = f"geometric mean of {len(ratios)} shapes, {min(ratios):.2f}x–{max(ratios):.2f}x"
     gpu = ev.environment.get("gpu", "an unnamed GPU")
     inputs = len({c.input for c in ev.checks})
-    return f"{name}: {ev.speedup:.2f}x {word} ({spread}) on {gpu}, verified on " + \
+    light = f", at {ev.light:.0f}% of the speed of light" if ev.light is not None else ""
+    return f"{name}: {ev.speedup:.2f}x {word} ({spread}) on {gpu}{light}, verified on " + \
         _plural(inputs, "input")
 
 
@@ -193,21 +196,38 @@ def _max_error(ev: Evaluation, t: ShapeTiming) -> str:
 
 def _timings_table(ev: Evaluation) -> str:
     rows = ["| shape | original µs (median ± IQR) | candidate µs (median ± IQR) | speedup "
-            "| 95% CI | significance | max abs error |",
-            "|---|---:|---:|---:|---|---|---:|"]
+            "| 95% CI | significance | % of speed of light (original) | max abs error |",
+            "|---|---:|---:|---:|---|---|---:|---:|"]
     for t in ev.timings:
         s = t.speedup
+        light = f"{light_text(t.light)} ({light_text(t.original_light)})" \
+            if t.floor is not None else "–"
         rows.append(f"| `{_cell(t.input)}` | {s.baseline.median:.2f} ± {s.baseline.iqr:.2f} | "
                     f"{s.candidate.median:.2f} ± {s.candidate.iqr:.2f} | {s.ratio:.3f}x | "
-                    f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | "
+                    f"{s.ci_low:.3f}–{s.ci_high:.3f} | {MARKS[s.verdict]} | {light} | "
                     f"{_max_error(ev, t)} |")
     if not ev.timings:
-        rows.append("| (no benchmark) | | | | | | |")
-    return "\n".join(rows)
+        rows.append("| (no benchmark) | | | | | | | |")
+    return "\n".join(rows + _floor_note(ev))
+
+
+def _floor_note(ev: Evaluation) -> list[str]:
+    """How the speed of light was set, once under the table."""
+    floors = [t.floor for t in ev.timings if t.floor is not None]
+    if not floors:
+        return []
+    flops = sorted({f.flops_from for f in floors if f.flops_from})
+    what = "the bytes each call must move" + (
+        f" and the FLOPs it must do ({', '.join(flops)})" if flops else "")
+    return ["", f"Speed of light: the least time {what} take at this GPU's measured copy "
+                "bandwidth and matmul rate (floor µs: "
+                + ", ".join(f"{f.us:.2f} {f.bound}" for f in floors) + ")."]
 
 
 def _evidence(r: PrReport, checks_limit: int) -> list[str]:
     ev = r.evaluation
+    cheats = [f for f in ev.findings if f.check not in (CONTRACT_FINDING, "precision")]
+    precision = [f for f in ev.findings if f.check == "precision"]
     against = {who: sum(c.against == who for c in ev.checks) for who in ("reference", "original")}
     probes: dict[str, int] = {}
     for c in ev.checks:
@@ -222,14 +242,30 @@ def _evidence(r: PrReport, checks_limit: int) -> list[str]:
              "- Runtime anti-cheating probes: " + (", ".join(
                  f"{k} {n}" for k, n in sorted(probes.items())) or "none recorded") + ".",
              "- Anti-cheating findings (static rules, runtime probes, timers, physics floor): "
-             + ("none." if not ev.findings else f"{_plural(len(ev.findings), 'finding')}:")]
-    lines += [f"  - {f.layer}/{f.severity}: {_cell(f.line())}" for f in ev.findings]
+             + ("none." if not cheats else f"{_plural(len(cheats), 'finding')}:")]
+    lines += [f"  - {f.layer}/{f.severity}: {_cell(f.line())}" for f in cheats]
+    # Bits of the op's dtype kept against a float64 reference, the original's beside:
+    # a warning when the candidate lost several (a lower precision inside).
+    lines += [f"- Precision{' (warning)' if f.severity == 'warn' else ''}: {_cell(f.reason)} "
+              f"(on `{_cell(f.evidence)}`)." for f in precision]
+    lines += _about_the_original(ev)
     if r.adequacy is not None:
         lines += [f"- Test adequacy: {r.adequacy.summary()}.", "",
-                  _folded("Test adequacy: the repository's test against trivial mutants",
+                  _folded("Test adequacy: the repository's test against mutants of the op",
                           r.adequacy.markdown())]
     lines += ["", _folded("All checks", _checks_table(ev.checks, checks_limit)), ""]
     return lines
+
+
+def _about_the_original(ev: Evaluation) -> list[str]:
+    """Inputs kfbot added on which the original itself fails: left out of the contract,
+    so the candidate was not held to them, and worth a look by the repository's owners."""
+    found = [f for f in ev.findings if f.check == CONTRACT_FINDING]
+    if not found:
+        return []
+    return [f"- Findings about the original ({_plural(len(found), 'input')} kfbot added, left "
+            "out of the contract: the candidate was not checked on them):",
+            *(f"  - {_cell(f.reason)}" for f in found)]
 
 
 def _checks_table(checks: Sequence[Check], limit: int) -> str:
@@ -269,9 +305,16 @@ def _lessons(lessons: Sequence[Lesson]) -> list[str]:
     if not lessons:
         return []
     lines = ["## Lessons added to `.kfbot/experience.md`", ""]
-    lines += [f"- {_cell(lesson.change)} ({lesson.origin}, {lesson.gpu}): {lesson.summary()}"
+    lines += [f"- {_cell(lesson.change)} ({_cell(_measured(lesson))}): {lesson.summary()}"
               for lesson in lessons]
     return [*lines, ""]
+
+
+def _measured(lesson: Lesson) -> str:
+    """The mutator, and where the lesson was measured: GPU, toolchain and run."""
+    parts = [lesson.origin, lesson.gpu, lesson.toolchain(),
+             f"run {lesson.run}" if lesson.run else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _reproduce(r: PrReport) -> list[str]:

@@ -4,10 +4,12 @@
                      PublishSettings(github=config.github, repo_slug="octo/kernels"))
     result.operation   # "created" | "updated" | "unchanged" | "skipped" | "dry-run"
 
-The kernel's files and the run's lessons are committed in a temporary worktree on top
-of the remote's base branch (config `github.base`, else the repository's default) and
-pushed to `kfbot/<kernel>` with `--force-with-lease`, so the user's checkout is never
-touched and a branch that moved is never overwritten. Nothing is published unless a
+The kernel's files and the run's lessons are committed on top of the base branch
+(config `github.base`, else the repository's default) and the branch `kfbot/<kernel>`
+is moved only if it is where kfbot last saw it, so a branch someone pushed to is never
+overwritten. Where the commit is made is a `Branches`: a person's own clone
+(`local_clone`, `kfbot optimize --publish`), or, in the GitHub Action's publish job, the
+Git Data API from bytes kfbot re-checked (`from_handoff`). Nothing is published unless a
 reproduction (`kfbot reproduce`: the patch on a clean copy of the base, timed by a
 second timer) came within `TOLERANCE` of the reported speedup. A candidate the physics
 floor flagged is published as a draft labelled `REVIEW_LABEL`, with the flag first in
@@ -23,49 +25,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from github.PullRequest import PullRequest
+from github.Repository import Repository
 
-from kfbot import git
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.config import GithubConfig, load_config
 from kfbot.errors import KfbotError
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
-from kfbot.github.api import (
-    DEFAULT_RETRY,
-    GitHubError,
-    Retry,
-    api_url,
-    call,
-    connect,
-    find_token,
-)
+from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call, connect, find_token
 from kfbot.github.api import repository as open_repository
+from kfbot.github.local_clone import LocalClone, find_remote, slug_of
 from kfbot.github.markers import find_pr_marker, pr_marker
 from kfbot.github.prbody import Previous, PrReport, render, run_url, title
 from kfbot.search.archive import Individual
 from kfbot.search.branch import (
     TRAILER,
     Commit,
-    auth_env,
     commit_detached,
     diff,
-    fetch,
-    foreign_commits,
     local_base,
     open_repo,
     pr_branch,
-    push_with_lease,
-    remote_heads,
-    remote_url,
-    tree_of,
 )
 from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
 from kfbot.search.pershape import section as per_shape_section
@@ -78,7 +64,7 @@ T = TypeVar("T")
 REVIEW_LABEL = "kfbot: needs review"
 CANDIDATE_TRAILER = "Kfbot-Candidate"  # the content hash of the candidate a commit holds
 Operation = Literal["created", "updated", "unchanged", "skipped", "dry-run"]
-_SLUG_IN_PATH = re.compile(r"/?(?P<slug>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?")
+__all__ = ["slug_of"]  # where the remote URL names the repository, for callers of this module
 
 
 @dataclass(frozen=True)
@@ -116,6 +102,8 @@ class PublishSettings:
     retry: Retry = DEFAULT_RETRY
     read_interval: float = 0.25  # seconds between API requests (see api.connect)
     write_interval: float = 1.0
+    # Applied to the body: the Action's redactor takes its secrets out in every form.
+    redact: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +160,16 @@ def publish(winner: Winner, settings: PublishSettings) -> PublishResult:
         return PublishResult("skipped", f"not published: {why}", branch)
     if settings.dry_run_dir is not None:
         return _dry_run(winner, settings, branch, settings.dry_run_dir)
-    return _Publisher(winner, settings, branch).run()
+    env = os.environ if settings.env is None else settings.env
+    token = find_token(settings.token, env)  # before any network: say it plainly
+    remote = find_remote(winner.root, settings.remote, settings.repo_slug, settings.base_url,
+                         env)
+    gh = connect(token, settings.base_url, env=env, read_interval=settings.read_interval,
+                 write_interval=settings.write_interval)
+    repo = open_repository(gh, remote.slug, settings.retry)
+    target = Target(repo, remote.slug, settings.github.base or repo.default_branch,
+                    remote.warnings)
+    return PullRequests(winner, settings, target, LocalClone(winner.root, remote, token)).run()
 
 
 def publish_after_run(task: KernelTask, outcome: OptimizeOutcome, islands: int,
@@ -211,19 +208,6 @@ def winner_of(task: KernelTask, outcome: OptimizeOutcome, islands: int,
     return Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
                   cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
                   islands, reproduction, "\n".join(holds))
-
-
-def slug_of(url: str) -> str | None:
-    """`owner/name` from a GitHub remote URL (https, ssh or scp-like), or None."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme in ("https", "http", "ssh", "git"):
-        path = parts.path
-    elif "://" not in url and re.match(r"[^/:]+:", url):  # git@github.com:owner/name.git
-        path = url.split(":", 1)[1]
-    else:
-        return None  # a local path or file:// URL names no GitHub repository
-    match = _SLUG_IN_PATH.fullmatch(path)
-    return match["slug"] if match else None
 
 
 def commit_message(winner: Winner) -> str:
@@ -301,34 +285,49 @@ def _previous(pr: PullRequest | None, kernel_id: str) -> Previous | None:
     return Previous(speedup, fields.get("candidate", ""), fields["sha"])
 
 
-class _Publisher:
+class Branches(Protocol):
+    """Where the winner's commit is made and its branch moved: a person's clone
+    (`local_clone.LocalClone`) or the Git Data API (`from_handoff.ApiBranches`)."""
+
+    def state(self, base: str, branch: str) -> tuple[str, str | None]:
+        """The sha to commit on, and the branch's head (None: no such branch)."""
+
+    def foreign(self, base_sha: str, head: str, kernel_id: str) -> list[str]:
+        """Commits on `head` since `base_sha` that kfbot did not make for `kernel_id`."""
+
+    def commit(self, base_sha: str, files: Mapping[str, str], message: str,
+               lessons: Sequence[Lesson]) -> Commit:
+        """A commit of `files` (paths relative to the task's root) and `lessons`."""
+
+    def tree(self, sha: str) -> str:
+        """The tree of commit `sha`."""
+
+    def move(self, branch: str, sha: str, expected: str | None) -> bool:
+        """Point `branch` at `sha` if it is still at `expected`; False when it moved."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The repository and branch a winner's pull request goes to."""
+
+    repo: Repository
+    slug: str
+    base: str  # the branch the pull request is opened against
+    warnings: tuple[str, ...] = ()  # for a person to act on
+
+
+class PullRequests:
     """One publish against GitHub; each step reads top down in `run`."""
 
-    def __init__(self, winner: Winner, settings: PublishSettings, branch: str) -> None:
-        self.w, self.s, self.branch = winner, settings, branch
+    def __init__(self, winner: Winner, settings: PublishSettings, target: Target,
+                 branches: Branches) -> None:
+        self.w, self.s, self.t, self.b = winner, settings, target, branches
+        self.branch = pr_branch(winner.kernel_id)
         self.env = os.environ if settings.env is None else settings.env
-        self.place = open_repo(winner.root)
-        self.top = self.place.top
-        self.warnings: tuple[str, ...] = ()
+        self.gh_repo, self.slug, self.base = target.repo, target.slug, target.base
+        self.warnings = target.warnings
 
     def run(self) -> PublishResult:
-        token = find_token(self.s.token, self.env)  # before any network: say it plainly
-        url = remote_url(self.top, self.s.remote)
-        self.fetch_url, self.push_url = url, remote_url(self.top, self.s.remote, push=True)
-        self.git_env = auth_env(url, token)
-        self.push_env = auth_env(self.push_url, token)
-        slug = self.s.repo_slug or slug_of(url) or self.env.get("GITHUB_REPOSITORY")
-        if not slug:
-            raise KfbotError(f"cannot tell the GitHub repository from remote {self.s.remote!r} "
-                             f"({_safe_url(url)}); pass --repo-slug owner/name")
-        host = _server_host(self.s.base_url, self.env)
-        for remote_url_ in dict.fromkeys((url, self.push_url)):
-            _check_remote(self.top, self.s.remote, remote_url_, slug, host)
-        self.warnings = _credential_warnings(self.top)
-        gh = connect(token, self.s.base_url, env=self.env, read_interval=self.s.read_interval,
-                     write_interval=self.s.write_interval)
-        self.gh_repo = open_repository(gh, slug, self.s.retry)
-        self.slug, self.base = slug, self.s.github.base or self.gh_repo.default_branch
         return self._publish(self._open_prs())
 
     def _open_prs(self) -> list[PullRequest]:
@@ -350,38 +349,25 @@ class _Publisher:
         return self._push_and_write(existing)
 
     def _push_and_write(self, existing: PullRequest | None) -> PublishResult:
-        base_sha, remote_sha = self._remote_state()
+        base_sha, remote_sha = self.b.state(self.base, self.branch)
         previous = _previous(existing, self.w.kernel_id)
         person = self._person_pushed(remote_sha, base_sha, previous) if remote_sha else None
         if person:
             return self._skip(person, existing)
-        commit = commit_detached(self.place, base_sha, self.w.files, commit_message(self.w),
-                                 self.w.lessons)
-        same_tree = remote_sha is not None and tree_of(self.top, remote_sha) == commit.tree
+        commit = self.b.commit(base_sha, self.w.files, commit_message(self.w), self.w.lessons)
+        same_tree = remote_sha is not None and self.b.tree(remote_sha) == commit.tree
         head = remote_sha if same_tree and remote_sha else commit.sha
-        if not same_tree and not push_with_lease(self.top, self.push_url, commit.sha,
-                                                 self.branch, remote_sha, self.push_env):
+        if not same_tree and not self.b.move(self.branch, commit.sha, remote_sha):
             return self._skip(f"branch {self.branch} moved while kfbot was pushing: someone "
                               "else pushed to it; nothing was overwritten", existing)
         if existing is not None and same_tree and _same_result(previous, self.w.evaluation):
             return self._result("unchanged", existing, head, "nothing new for")
         report = _report(self.w, commit, self.branch, self.base, previous, self.env)
         body = render(report, _marker(self.w, head))
+        body = self.s.redact(body) if self.s.redact is not None else body
         if existing is None:
             return self._create(body, head)
         return self._update(existing, body, head, pushed=not same_tree, previous=previous)
-
-    def _remote_state(self) -> tuple[str, str | None]:
-        """The base branch's sha and the kfbot branch's (None: absent), both fetched."""
-        heads = remote_heads(self.top, self.fetch_url, [self.base, self.branch], self.git_env)
-        if self.base not in heads:
-            raise KfbotError(f"the remote {self.s.remote!r} has no branch {self.base!r} to open "
-                             "the pull request against (github.base)")
-        base_sha = fetch(self.top, self.fetch_url, self.base, self.git_env)
-        remote_sha = heads.get(self.branch)
-        if remote_sha is not None:
-            remote_sha = fetch(self.top, self.fetch_url, self.branch, self.git_env)
-        return base_sha, remote_sha
 
     def _person_pushed(self, remote_sha: str, base_sha: str,
                        previous: Previous | None) -> str | None:
@@ -393,7 +379,7 @@ class _Publisher:
                     f"{remote_sha[:10]}, kfbot last pushed {previous.sha[:10]}): not "
                     "overwriting them; merge or close the pull request, or delete the branch, "
                     "for kfbot to publish again")
-        foreign = foreign_commits(self.top, base_sha, remote_sha, self.w.kernel_id)
+        foreign = self.b.foreign(base_sha, remote_sha, self.w.kernel_id)
         if foreign:
             return (f"branch {self.branch} exists with {len(foreign)} commit(s) kfbot did not "
                     f"make (e.g. {foreign[0][:10]}): not overwriting it; delete the branch "
@@ -463,52 +449,3 @@ class _Publisher:
         return call(fn, what, self.s.retry)
 
 
-def _server_host(base_url: str | None, env: Mapping[str, str]) -> str:
-    """The GitHub web host pushes go to: the runner's GITHUB_SERVER_URL, else the API's."""
-    server = env.get("GITHUB_SERVER_URL", "").strip()
-    if server:
-        return (urllib.parse.urlsplit(server).hostname or "github.com").lower()
-    api = urllib.parse.urlsplit(api_url(base_url, env)).hostname or "api.github.com"
-    return "github.com" if api.lower() == "api.github.com" else api.lower()
-
-
-def _check_remote(top: Path, remote: str, url: str, slug: str, host: str) -> None:
-    """The token goes only to the repository being published to, on its GitHub host.
-
-    The remote is read from `.git/config`, which code run in the checkout could have
-    changed (and `insteadOf` can rewrite where git really goes), so both the URL as
-    configured and as git would use it must name `slug` on `host`. Local remotes (a path
-    or file://) never get the token.
-    """
-    for target in dict.fromkeys((url, git.effective_url(top, url))):
-        parts = urllib.parse.urlsplit(target)
-        local = parts.scheme == "file" or (not parts.scheme and not _scp_like(target))
-        if local:
-            continue
-        named = slug_of(target)
-        target_host = (parts.hostname or target.split("@")[-1].split(":")[0]).lower()
-        if named is None or named.lower() != slug.lower() or target_host != host:
-            raise KfbotError(f"the remote {remote!r} leads to {_safe_url(target)}, not to "
-                             f"{slug} on {host}: kfbot sends its token only to the repository "
-                             "it publishes to; check `git remote -v` and any url.*.insteadOf "
-                             "settings in the checkout")
-
-
-def _scp_like(url: str) -> bool:
-    return "://" not in url and re.match(r"[^/:]+:", url) is not None
-
-
-def _credential_warnings(top: Path) -> tuple[str, ...]:
-    keys = git.credential_headers(top)
-    if not keys:
-        return ()
-    return (f"{top}/.git/config holds a credential header ({', '.join(keys)}): any code run "
-            "in this checkout can read it; check out with `persist-credentials: false`",)
-
-
-def _safe_url(url: str) -> str:
-    """The URL without any user or password in it."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username or parts.password:
-        return parts._replace(netloc=parts.hostname or "").geturl()
-    return url

@@ -8,16 +8,17 @@ can paste a marker into a comment, and kfbot must not try to edit theirs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from github.Issue import Issue
 from github.IssueComment import IssueComment
 
 from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call
 from kfbot.github.markers import find_status_marker, status_marker
-from kfbot.text import shown
+from kfbot.text import shown, utf8_safe
 
 # GitHub refuses comment bodies over 65,536 characters.
 COMMENT_LIMIT = 65_000
@@ -66,7 +67,7 @@ class StatusComment:
 
     def show(self, report: StatusReport) -> str:
         """Create or edit the comment to say `report`; its URL."""
-        body = self.marker + "\n" + fit_comment(self.redact(report.markdown()))
+        body = self.marker + "\n" + fit_comment(utf8_safe(self.redact(report.markdown())))
         if self.comment is None:
             self.comment = self._find()
         comment = self.comment
@@ -83,6 +84,11 @@ class StatusComment:
                             f"commenting on pull request #{number}", self.retry)
         self.url = self.comment.html_url
         return self.url
+
+    def show_if_exists(self, report: StatusReport) -> None:
+        """Edit the comment an earlier run wrote to say `report`; write none if there is none."""
+        if self.exists():
+            self.show(report)
 
     def exists(self) -> bool:
         """Whether an earlier run wrote this comment (it is then kept up to date)."""
@@ -101,6 +107,30 @@ class StatusComment:
             return None
 
         return call(mine, f"reading the comments of pull request #{number}", self.retry)
+
+
+class StatusSink(Protocol):
+    """Where a status goes: the comment itself, or the handoff the publish job posts from."""
+
+    def show(self, report: StatusReport) -> object:
+        """Say `report`."""
+
+    def show_if_exists(self, report: StatusReport) -> None:
+        """Say `report` only where an earlier run already said something."""
+
+
+WITHHELD = ("This pull request comes from a fork, so kfbot posts no output of the code it "
+            "ran here: the run's log has it{where}.")
+
+
+def withheld(report: StatusReport) -> StatusReport:
+    """`report` for a fork's pull request: the outcome and kfbot's own steps, and instead
+    of anything the pull request's code printed (test output, reasons that quote it), a
+    link to the run's log."""
+    where = f": {report.run_url}" if report.run_url else ""
+    headline = {"done": "done", "passed": "passed", "failed": "failed", "refused": "refused",
+                "running": "working on it"}[report.state]
+    return dataclasses.replace(report, headline=headline, details=WITHHELD.format(where=where))
 
 
 def fit_comment(markdown: str) -> str:

@@ -80,6 +80,9 @@ def _builds(linker: Linker, kdef: KernelDef, sites: tuple[LaunchSite, ...]) -> l
     for f in files:
         for b in linker.builds_of(f):
             seen.setdefault((b.file, b.line, b.name), b)
+    if not seen:  # none read: the repository's own build, where it has one
+        own = linker.own_build(kdef.file)
+        return [own] if own is not None else []
     return list(seen.values())
 
 

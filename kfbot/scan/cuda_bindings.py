@@ -4,8 +4,12 @@
 `TORCH_LIBRARY`, `TORCH_LIBRARY_FRAGMENT`, `TORCH_LIBRARY_IMPL`, in their `_EXPAND`
 forms (kernel-builder and vLLM expand the namespace macro first) and the `STABLE_`
 ones. `m.impl("op", torch::kCUDA, &fn)` names the dispatch key in its middle argument
-and the function last. The namespace may itself be a macro (`TORCH_EXTENSION_NAME`,
-`KFOPS_NAMESPACE`); it is kept as written and resolved when the files are linked.
+and the function last; the name may be wrapped in `TORCH_SELECTIVE_NAME("ns::op")` (or
+a schema in `TORCH_SELECTIVE_SCHEMA`), as torchvision-style libraries write it. The
+older registry, `torch::RegisterOperators().op("ns::op", &fn).op(...)` at file scope,
+registers ops of namespace `ns` too. The namespace may itself be a macro
+(`TORCH_EXTENSION_NAME`, `KFOPS_NAMESPACE`); it is kept as written and resolved when
+the files are linked.
 """
 
 from __future__ import annotations
@@ -37,7 +41,12 @@ BINDING_Q = f"""(function_definition declarator: (function_declarator
   body: (compound_statement) @body (#match? @macro "{BLOCK_MACROS.pattern}"))"""
 MEMBER_CALL_Q = """(call_expression function: (field_expression argument: (identifier) @obj
   field: (field_identifier) @method) arguments: (argument_list) @args) @call"""
-PATTERNS = (BINDING_Q, MEMBER_CALL_Q)
+# `.op("ns::name", &fn)` on a `torch::RegisterOperators()` chain.
+REGISTRY_Q = """(call_expression function: (field_expression argument: (call_expression) @obj
+  field: (field_identifier) @method (#eq? @method "op")) arguments: (argument_list) @args)
+  @call"""
+PATTERNS = (BINDING_Q, MEMBER_CALL_Q, REGISTRY_Q)
+_SELECTIVE = frozenset({"TORCH_SELECTIVE_NAME", "TORCH_SELECTIVE_SCHEMA"})
 _KEY = re.compile(r"(?:^|::)k?([A-Z][A-Za-z0-9]*)$")
 
 
@@ -58,14 +67,52 @@ def bindings(ctx: Ctx) -> Iterable[Binding]:
             binding = _binding(ctx, kind, module, key, tsx.text(call["method"]), call)
             if binding is not None:
                 yield binding
+    yield from _registry(ctx)
+
+
+def _registry(ctx: Ctx) -> Iterable[Binding]:
+    """`torch::RegisterOperators().op("ns::name", &fn)`: one op of namespace `ns` per
+    `.op` of the chain."""
+    for call in ctx.found(REGISTRY_Q):
+        if "RegisterOperators" not in tsx.text(call["obj"]):
+            continue
+        args = call["args"].named_children
+        if len(args) < 2 or _name_node(args[0]) is None:
+            continue
+        module, sep, name = _op_name(args[0]).partition("::")
+        if not sep or not name:
+            continue
+        fn, reaches = _bound_function(ctx, args[-1])
+        yield Binding(kind="torch_library", name=name.split("(")[0].strip(), cpp_function=fn,
+                      module=module, file=ctx.file, line=ctx.line(call["call"]),
+                      reaches=reaches)
+
+
+def _name_node(arg: Node) -> Node | None:
+    """The string literal naming an op: as written, or inside TORCH_SELECTIVE_NAME(...)."""
+    if arg.type == "string_literal":
+        return arg
+    if arg.type == "call_expression":
+        fn = arg.child_by_field_name("function")
+        inner = arg.child_by_field_name("arguments")
+        if fn is not None and inner is not None and tsx.text(fn) in _SELECTIVE and \
+                len(inner.named_children) == 1 and \
+                inner.named_children[0].type == "string_literal":
+            return inner.named_children[0]
+    return None
+
+
+def _op_name(arg: Node) -> str:
+    node = _name_node(arg)
+    return string_value(node) if node is not None else ""
 
 
 def _binding(ctx: Ctx, kind: str, module: str, key: str | None, method: str,
              m: dict[str, Node]) -> Binding | None:
     args = m["args"].named_children
-    if method not in ("def", "impl") or not args or args[0].type != "string_literal":
+    if method not in ("def", "impl") or not args or _name_node(args[0]) is None:
         return None
-    name = string_value(args[0]).split("(")[0].strip()
+    name = _op_name(args[0]).split("(")[0].strip()
     if "::" in name:
         name = name.split("::")[-1]
     target = None

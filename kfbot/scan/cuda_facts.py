@@ -28,6 +28,7 @@ from kfbot.scan.cuda_syntax import (
     strip,
 )
 from kfbot.scan.model import (
+    NOT_UNDERSTOOD,
     CudaFileFacts,
     KernelDef,
     LaunchSite,
@@ -229,18 +230,31 @@ class Ctx:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
         if fn.start_byte not in self._names:
             name = declarator_name(fn.child_by_field_name("declarator"))
-            parts = [*self.scope_of(fn), compact(tsx.text(name))] if name is not None else []
+            parts = [*self.scope_of(fn), _declared(compact(tsx.text(name)))] \
+                if name is not None else []
             self._names[fn.start_byte] = "::".join(p for p in parts if p) or None
         return self._names[fn.start_byte]
+
+
+def _declared(name: str) -> str:
+    """The function's own name where an export macro before the return type
+    (`CLUSTER_API torch::Tensor fps(...)`) made the parser read the type into it."""
+    if " " in name and not name.startswith("operator") and "<" not in name:
+        return name.rsplit(" ", 1)[-1]
+    return name
 
 
 def _syntax_problems(ctx: Ctx, tree: tsx.Tree) -> Iterable[Problem]:
     if not tree.root_node.has_error:
         return []
-    lines = [n + ctx.line_offset for n in tsx.error_lines(tree)]
-    where = ", ".join(str(n) for n in lines) or "unknown"
+    places = tsx.syntax_errors(tree, limit=1000)
+    lines = sorted({first + ctx.line_offset for first, _, _ in places})
+    where = ", ".join(str(n) for n in lines[:5]) + (" ..." if len(lines) > 5 else "")
+    count = f"{len(places)} place{'s' if len(places) != 1 else ''}"
+    # Info, not a warning: most such places are valid code the grammar does not know.
     return [Problem(ctx.file, lines[0] if lines else None,
-                    f"syntax errors (lines {where}); facts from the rest of the file are kept")]
+                    f"{NOT_UNDERSTOOD} {count} (line{'s' if len(lines) != 1 else ''} "
+                    f"{where or 'unknown'}); the rest of the file was read", "info")]
 
 
 def _is_device_only(fn: Node) -> bool:

@@ -37,6 +37,9 @@ class Linker:
     problems: list[Problem] = field(default_factory=list)
     inventory: tuple[str, ...] = ()  # every source file of the scan, for build globs
     unfollowed: list[str] = field(default_factory=list)  # see ScanReport.unfollowed
+    # pyproject.toml and CMakeLists.txt files beside the scanned sources (their setup.py
+    # files are in the inventory): the builds the repository runs itself.
+    build_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.kernels = [k for f in self.cuda for k in f.kernels]
@@ -106,8 +109,34 @@ class Linker:
     def builds_of(self, file: str) -> list[BuildRecipe]:
         return self._builds_by_file.get(file, [])
 
+    def own_build(self, file: str) -> BuildRecipe | None:
+        """The build the repository runs itself for a file no read build compiles: the
+        setup.py (else pyproject.toml) of the nearest folder above it that has one,
+        unless the scan read every extension that setup.py makes (then none holds it)."""
+        known = set(self.inventory) | set(self.build_files)
+        folder = posixpath.dirname(file)
+        while True:
+            for name in ("setup.py", "pyproject.toml"):
+                path = posixpath.join(folder, name) if folder else name
+                if path in known:
+                    return None if self._all_read(path) else _own_recipe(path, file, known)
+            if not folder:
+                return None
+            folder = posixpath.dirname(folder)
+
+    def _all_read(self, setup: str) -> bool:
+        """Whether `setup` makes extensions and the scan read each one's name and sources
+        (a name or a source computed at run time is kept as written, and is no file)."""
+        made = [b for b in self.builds if b.file == setup and b.kind == "setup_py"]
+        files = set(self.inventory)
+        return bool(made) and all(
+            b.name.replace(".", "_").isidentifier() and all(s in files for s in b.sources)
+            for b in made)
+
     def related(self, a: str, b: str) -> bool:
         if a == b or b in self.closure(a) or a in self.closure(b):
+            return True
+        if _interface_of(b, self.closure(a)) or _interface_of(a, self.closure(b)):
             return True
         units_a, units_b = self.builds_of(a), self.builds_of(b)
         if units_a or units_b:
@@ -154,6 +183,22 @@ class Linker:
         seen = self.closure(file)
         visible = [v for f, v in found if f in seen] or [v for _, v in found]
         return visible[0] if len(set(visible)) == 1 else None
+
+
+def _interface_of(source: str, headers: set[str]) -> bool:
+    """Whether `headers` hold `source`'s own header (`cuda/fps_cuda.h` of
+    `cuda/fps_cuda.cu`): a file that includes it calls what `source` defines."""
+    stem = posixpath.splitext(source)[0]
+    return any(h != source and posixpath.splitext(h)[0] == stem for h in headers)
+
+
+def _own_recipe(path: str, file: str, known: set[str]) -> BuildRecipe:
+    folder = posixpath.dirname(path)
+    cmake = posixpath.join(folder, "CMakeLists.txt") if folder else "CMakeLists.txt"
+    how = f"{path} runs CMake ({cmake})" if cmake in known else f"{path} builds it"
+    note = (f"{path}:1: no extension the scan could read compiles {file}; {how}, and "
+            "which library holds the kernel is found after that build")
+    return BuildRecipe(kind="repository", name="", file=path, line=1, cannot_tell=(note,))
 
 
 # A glob among a build's sources; one kept as written (not a static path) is left alone.

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-Origin = Literal["discovered", "declared"]
+# "observed": seen on a GPU, a test the kernel's mutant fails (`kfbot.scan.observed`).
+Origin = Literal["discovered", "declared", "observed"]
 R = TypeVar("R")
 
 
@@ -89,8 +90,10 @@ class BuildRecipe:
     """How the repository builds an extension that holds kernels."""
 
     # kernel_builder: a Hugging Face kernel-builder `build.toml` (sources, flags and
-    # capabilities per [kernel.*] section; the builder writes registration.h and _ops.py)
-    kind: Literal["setup_py", "load", "load_inline", "kernel_builder"]
+    # capabilities per [kernel.*] section; the builder writes registration.h and _ops.py).
+    # repository: the repository builds itself (`file` is its setup.py or pyproject.toml,
+    # which may run CMake); which library holds the kernel is found after the build.
+    kind: Literal["setup_py", "load", "load_inline", "kernel_builder", "repository"]
     name: str  # extension / module name
     file: str
     line: int
@@ -179,6 +182,11 @@ class ReferenceTest:
     # From the test to the kernel, once linked: test, Python wrappers, op, binding,
     # host functions, launch, kernel.
     chain: tuple[Step, ...] = ()
+
+
+# How a Problem says that tree-sitter could not read parts of a file, followed by how
+# many places: code it cannot read may compile all the same (a macro it does not know).
+NOT_UNDERSTOOD = "tree-sitter did not understand"
 
 
 @dataclass(frozen=True)
@@ -344,6 +352,49 @@ class Dispatch:
     line: int
 
 
+Verdict = Literal["checks", "launches-only", "unconfirmed", "fails-on-original"]
+VERDICT_WORDS: dict[Verdict, str] = {
+    "checks": "checks it: the mutant that writes nothing fails it",
+    "launches-only": "launches but does not check it: the mutant that writes nothing passes",
+    "unconfirmed": "launches it; not confirmed by a mutant",
+    "fails-on-original": "launches it, but fails on the original",
+}
+
+
+@dataclass(frozen=True)
+class ObservedTest:
+    """One test (pytest node or script) seen launching a kernel on a GPU, and whether a
+    mutant of the kernel that writes nothing fails it."""
+
+    test: str  # the node id, or the script's path
+    kind: Literal["pytest", "script"]
+    ops: tuple[str, ...]  # the ops the launches came through ("obs_ext.scale")
+    verdict: Verdict
+    why: str = ""  # the mutant's outcome, or why there was none
+
+    def line(self) -> str:
+        through = f" through {', '.join(self.ops)}" if self.ops else ""
+        why = f" ({self.why})" if self.why else ""
+        return f"{self.test}{through}: {VERDICT_WORDS[self.verdict]}{why}"
+
+
+@dataclass(frozen=True)
+class Observations:
+    """One observation of a repository at one state (`key`: its commit and dirty state)."""
+
+    key: str
+    kernels: tuple[tuple[str, tuple[ObservedTest, ...]], ...] = ()  # by kernel id
+    # Per test file or script: what stopped it, or why it was not run (twins).
+    files: tuple[str, ...] = ()
+    # Kernels launched that no scanned definition matches (library kernels), a few.
+    foreign: tuple[str, ...] = ()
+    note: str = ""  # what limits the whole observation ("no CUDA device ...")
+    tests_run: int = 0
+
+    def of(self, kernel_id: str) -> tuple[ObservedTest, ...]:
+        return next((tests for k, tests in self.kernels if k == kernel_id), ())
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A kernel after linking: what it is, how it is launched, built, reached and tested."""
@@ -361,6 +412,7 @@ class Kernel:
     # Without references: the first link from a test to this kernel that the scan could
     # not follow, each "file:line: what and why" (also shown by `scan --explain`).
     unpaired: tuple[str, ...] = ()
+    observed: tuple[ObservedTest, ...] = ()  # tests seen launching it on a GPU
 
     @property
     def name(self) -> str:
@@ -386,3 +438,8 @@ class ScanReport:
     # Calls from tests into the repository's Python code that led to no op, each
     # "test file:line: test calls NAME; the first link not followed: file:line: why".
     unfollowed: tuple[str, ...] = ()
+    # Every build the scan read, whether or not it compiles a kernel (what a kernel
+    # without a build is told about).
+    builds: tuple[BuildRecipe, ...] = ()
+    observed: Observations | None = None  # the tests run on a GPU, when kfbot has
+

@@ -78,6 +78,11 @@ def _pairs(ref: ReferenceTest, graph: PyGraph, candidates: Candidates,
         return found
     by_name: list[Pair] = [(b, r, ()) for b, r in
                            match_reference(ref, candidates.get(ref.op_name, []))]
+    if resolution.entered and resolution.dead_end is None:
+        # Followed to its end through the repository's own Python code, the call reached
+        # no binding: a binding of the op's name in a module the call does not name is a
+        # CPU twin's namesake (or a pure-PyTorch version's), not what this test checks.
+        by_name = [(b, r, steps) for b, r, steps in by_name if r is ref]
     if not by_name:
         unfollowed.append(_not_followed(ref, graph))
     return by_name

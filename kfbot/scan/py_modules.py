@@ -161,6 +161,8 @@ class SymbolReader:
         targets: dict[str, int] = {}
         for scope in self._body(fn):
             for call in scope.calls:
+                for entry, at in self._dispatched(call.func, scope):
+                    targets.setdefault(entry, at)
                 for expr in (call.func, *call.args, *(k.value for k in call.keywords)):
                     if isinstance(expr, (ast.Name, ast.Attribute)) and not (
                             expr is call.func and isinstance(expr, ast.Attribute)
@@ -180,6 +182,31 @@ class SymbolReader:
         built = next((b for s in self._body(fn) for b in s.builds), None)
         return PySymbol(name, line, "function", kept, extension=built,  # a factory
                         compares=helper[:2] if helper is not None else None)
+
+    def _dispatched(self, func: ast.expr, scope: Scope) -> list[tuple[str, int]]:
+        """A call through a table, `{"cpu": _cpu, "cuda": _cuda}[x.device.type].op(x)`
+        (or a table bound to a name): each entry's op is a target."""
+        attr = None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Subscript):
+            attr, func = func.attr, func.value
+        if not isinstance(func, ast.Subscript):
+            return []
+        table = func.value
+        if isinstance(table, ast.Name):
+            bound = self.index.lookup(table.id, scope, table.lineno)
+            table = bound.value if bound is not None and bound.value is not None else table
+        if not isinstance(table, ast.Dict):
+            return []
+        found = []
+        for value in table.values:
+            if not isinstance(value, (ast.Name, ast.Attribute)):
+                continue
+            entry = ast.copy_location(ast.Attribute(value=value, attr=attr, ctx=ast.Load()),
+                                      value) if attr else value
+            path = self.paths.of(entry, scope)
+            if path is not None:
+                found.append((path, value.lineno))
+        return found
 
     def _body(self, fn: Scope) -> list[Scope]:
         """The function's scope and the scopes nested in it (lambdas, inner functions)."""

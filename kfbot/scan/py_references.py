@@ -233,8 +233,11 @@ class ReferenceFinder:
             if op is not None:  # `ext.f(x, out)` writes `out`, which is then compared
                 confidence = op.confidence - 0.1 if other.pure else 0.5
                 return _Pairing(op, self._ref_text(other_expr, cmp.scope), confidence)
-        ops = self._scope_ops(scope)
-        if not ops:
+        # Neither operand is seen to come from an op: in a test, one called before the
+        # comparison is taken to be what it checks; elsewhere (a library's wrapper that
+        # checks its inputs before calling the op) such a comparison checks nothing of it.
+        ops = [op for op in self._scope_ops(scope) if op.call.lineno <= cmp.line]
+        if not ops or not self.index.test_file:
             return None
         # An op is called here, but neither operand is seen to come from it.
         ref_expr = cmp.b if b.pure else cmp.a if a.pure else None

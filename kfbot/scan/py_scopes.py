@@ -511,6 +511,9 @@ class ScopeIndex:
         s: Scope | None = scope
         while s is not None:
             binds = s.binds.get(key)
+            if binds and s.kind == "module" and key in self.imports and all(
+                    b.value is None and not b.alts for b in binds):
+                return None  # `except ImportError: ext = None`: a run that works imported it
             if binds:
                 if s is not scope:
                     return _last_known(binds)

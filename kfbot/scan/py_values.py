@@ -179,6 +179,8 @@ class Evaluator:
 
     def _eval_subscript(self, expr: ast.Subscript, scope: Scope, world: World,
                         depth: int) -> object:
+        if isinstance(expr.slice, ast.Slice):
+            return self._eval_slice(expr, expr.slice, scope, world, depth)
         index = self.eval(expr.slice, scope, world, depth + 1)
         if not isinstance(index, int) or isinstance(index, bool):
             return None
@@ -195,9 +197,26 @@ class Evaluator:
             return seq[index]
         return None
 
+    def _eval_slice(self, expr: ast.Subscript, piece: ast.Slice, scope: Scope, world: World,
+                    depth: int) -> object:
+        """`parts[:-1]` of a tuple (the folders of `__file__.split("/")`)."""
+        bounds = [self.eval(b, scope, world, depth + 1) if b is not None else None
+                  for b in (piece.lower, piece.upper, piece.step)]
+        if any(b is not None and (not isinstance(b, int) or isinstance(b, bool))
+               for b in bounds):
+            return None
+        seq = self.eval(expr.value, scope, world, depth + 1)
+        if not isinstance(seq, tuple):
+            return None
+        lower, upper, step = (b if isinstance(b, int) else None for b in bounds)
+        return seq[lower:upper:step] if step != 0 else None
+
     def _eval_call(self, expr: ast.Call, scope: Scope, world: World, depth: int) -> object:
         q = self.index.qualname(expr.func) or ""
         args = [self.eval(a, scope, world, depth + 1) for a in expr.args[:16]]
+        joined = self._eval_str_method(expr.func, args, scope, world, depth)
+        if joined is not None:
+            return joined
         strings = [a for a in args if isinstance(a, str)]
         complete = len(strings) == len(args) and bool(args)
         if q in _PATH_FUNCTIONS:
@@ -227,6 +246,25 @@ class Evaluator:
         if isinstance(expr.func, ast.Attribute):
             return self._eval_path_method(expr.func, strings, complete or not args,
                                           scope, world, depth)
+        return None
+
+    def _eval_str_method(self, func: ast.expr, args: list[object], scope: Scope,
+                         world: World, depth: int) -> object:
+        """`"/".join(parts)` and `path.split("/")`: a path taken apart into folders and
+        put back together (`"/".join(__file__.split("/")[:-1] + ["k.cu"])`)."""
+        if not isinstance(func, ast.Attribute) or func.attr not in ("join", "split") or \
+                len(args) != 1:
+            return None
+        base = self.eval(func.value, scope, world, depth + 1)
+        if not isinstance(base, str):
+            return None
+        arg = args[0]
+        if func.attr == "join" and isinstance(arg, tuple) and arg and \
+                all(isinstance(a, str) for a in arg):
+            return base.join(str(a) for a in arg)
+        if func.attr == "split" and isinstance(arg, str) and arg:
+            parts = tuple(base.split(arg))
+            return parts if len(parts) <= MAX_ITEMS else None
         return None
 
     def _eval_path_method(self, func: ast.Attribute, args: list[str], complete: bool,

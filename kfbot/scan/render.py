@@ -13,7 +13,16 @@ from kfbot import __version__
 from kfbot.listing import record_lines, table_fits
 from kfbot.scan.forked import Forked
 from kfbot.scan.json_text import ACCELERATED, JsonText, dumps_indented
-from kfbot.scan.model import Kernel, Problem, ReferenceTest, ScanReport
+from kfbot.scan.model import (
+    NOT_UNDERSTOOD,
+    VERDICT_WORDS,
+    Kernel,
+    Observations,
+    Problem,
+    ReferenceTest,
+    ScanReport,
+)
+from kfbot.scan.summary import compared, confidence_words, summary_lines
 from kfbot.text import printable
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn: JSON output does without it
@@ -42,7 +51,13 @@ def to_json(report: ScanReport) -> dict[str, Any]:
         "kernels": [kernel_json(k) for k in report.kernels],
         "problems": [_record(p) for p in report.problems],
         "unfollowed": list(report.unfollowed),
+        **({"observation": _observation_json(report.observed)} if report.observed else {}),
     }
+
+
+def _observation_json(o: Observations) -> dict[str, Any]:
+    return {"key": o.key, "tests_run": o.tests_run, "files": list(o.files),
+            "foreign": list(o.foreign), "note": o.note}
 
 
 def json_text(report: ScanReport) -> str:
@@ -125,6 +140,7 @@ def kernel_json(k: Kernel, shared: dict[int, JsonText] | None = None) -> dict[st
         "dispatch": [_record(x) for x in k.dispatch],
         "editable_files": list(k.editable_files),
         "unpaired": list(k.unpaired),
+        "observed": [_record(t) for t in k.observed],
     }
 
 
@@ -239,10 +255,29 @@ def _print_footer(report: ScanReport, console: Console) -> None:
     for d in report.skipped_dirs:
         console.print(Text(f"skipped generated build folder {printable(d)}/", style="dim"))
     for p in report.problems:
-        console.print(Text(printable(_problem_text(p)), style=_colour(p)), highlight=False)
+        if not p.message.startswith(NOT_UNDERSTOOD):  # counted in the summary
+            console.print(Text(printable(_problem_text(p)), style=_colour(p)), highlight=False)
     if report.unfollowed:
         console.print(f"{len(report.unfollowed)} calls from tests into the repository's code "
                       "reached no op; `kfbot scan --explain KERNEL` shows where they stop")
+    for line in observation_lines(report.observed):
+        console.print(Text(printable(line)), highlight=False)
+    console.print()
+    for line in summary_lines(report):
+        console.print(Text(printable(line)), highlight=False)
+
+
+def observation_lines(o: Observations | None) -> list[str]:
+    """What the observation on a GPU says about the whole repository."""
+    if o is None:
+        return []
+    out = [f"observed on a GPU at {o.key}: {o.tests_run} tests run"
+           + (f"; {o.note}" if o.note else "")]
+    out += [f"  {line}" for line in o.files]
+    if o.foreign:
+        out.append(f"  library kernels launched (no scanned definition): "
+                   f"{', '.join(o.foreign[:4])}" + (" ..." if len(o.foreign) > 4 else ""))
+    return out
 
 
 def _colour(p: Problem) -> str:
@@ -283,21 +318,40 @@ def _binding_cell(k: Kernel) -> str:
 def _build_cell(k: Kernel) -> str:
     if not k.builds:
         return "unknown"
-    return "\n".join(f"{b.kind} {b.name} ({b.file}:{b.line})"
+    return "\n".join(f"{b.kind} {b.name or b.file} ({b.file}:{b.line})"
                      + (" [declared]" if b.origin == "declared" else "") for b in k.builds)
 
 
+# A tunable's kind as a person names it; a cell lists each kind on a line of its own.
+_KIND_WORDS = {"define": "#define", "ifndef_default": "#ifndef default", "constexpr": "constexpr",
+               "const": "const", "template_arg": "template argument",
+               "launch_config": "launch", "build_flag": "build flag"}
+_TUNABLES_SHOWN = 4  # of each kind, in a cell
+
+
 def _tunable_cell(k: Kernel) -> str:
-    return "\n".join(f"{t.name}={t.value}"
-                     + (f" (seen {', '.join(t.values_seen)})" if t.values_seen else "")
-                     for t in k.tunables) or "-"
+    """The tunables that reach the kernel, a line per kind, the first few of each: a
+    header's forty defines are a count, not forty lines."""
+    by_kind: dict[str, list[str]] = {}
+    for t in k.tunables:
+        seen = f" (seen {', '.join(t.values_seen)})" if t.values_seen else ""
+        by_kind.setdefault(_KIND_WORDS.get(t.kind, t.kind), []).append(f"{t.name}={t.value}"
+                                                                       + seen)
+    lines = []
+    for kind, items in by_kind.items():
+        more = len(items) - _TUNABLES_SHOWN
+        lines.append(f"{kind}: {', '.join(items[:_TUNABLES_SHOWN])}"
+                     + (f" and {more} more" if more > 0 else ""))
+    return "\n".join(lines) or "-"
 
 
 def _reference_cell(k: Kernel) -> str:
-    if not k.references:
-        return "NO REFERENCE TEST"
-    return "\n".join(f"{r.file}:{r.line} {r.test} vs {r.reference} ({r.confidence:.1f})"
-                     for r in k.references)
+    lines = [f"{r.file}:{r.line} {r.test}: {compared(r)} ({confidence_words(r)})"
+             if r.origin != "observed" else f"{r.file}:{r.line} {r.test} [observed]"
+             for r in k.references]
+    lines += [f"observed: {t.test}: {VERDICT_WORDS[t.verdict].split(':')[0]}"
+              for t in k.observed if t.verdict != "checks"]
+    return "\n".join(lines) if k.references else "\n".join(["NO REFERENCE TEST", *lines])
 
 
 def to_markdown(report: ScanReport) -> str:
@@ -309,9 +363,12 @@ def to_markdown(report: ScanReport) -> str:
                  str(len(k.launch_sites)), _binding_cell(k), _tunable_cell(k),
                  _reference_cell(k)]
         lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
-    lines += ["", f"{report.files_scanned} source files scanned."]
-    if report.problems:
-        lines += ["", "## Problems", ""] + [f"- {_md(_problem_text(p))}" for p in report.problems]
+    lines += ["", f"{report.files_scanned} source files scanned.", ""]
+    lines += [_md(line) if not line.startswith("  ") else f"    {line.strip()}"
+              for line in summary_lines(report)]
+    problems = [p for p in report.problems if not p.message.startswith(NOT_UNDERSTOOD)]
+    if problems:
+        lines += ["", "## Problems", ""] + [f"- {_md(_problem_text(p))}" for p in problems]
     return "\n".join(lines) + "\n"
 
 

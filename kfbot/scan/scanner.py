@@ -48,7 +48,8 @@ def scan(root: Path, config: Config, progress: Progress | None = None,
 def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFileFacts],
             python: list[PyFileFacts], problems: list[Problem]) -> ScanReport:
     """Link the facts into kernels, and list them and every problem in a stable order."""
-    linker = Linker(cuda, python, inventory=tuple(f.rel for f in inventory.files))
+    rels = tuple(f.rel for f in inventory.files)
+    linker = Linker(cuda, python, inventory=rels, build_files=_build_files(root, rels))
     kernels = apply_tasks(assemble(linker), config)
     kernels.sort(key=lambda k: (k.file, k.definition.line, k.name))
     all_problems = [*inventory.problems, *problems, *linker.problems,
@@ -57,7 +58,24 @@ def _report(root: Path, config: Config, inventory: Inventory, cuda: list[CudaFil
     all_problems.sort(key=lambda p: (p.file, p.line or 0))
     return ScanReport(root=str(root), kernels=tuple(kernels), problems=tuple(all_problems),
                       files_scanned=len(inventory.files), skipped_dirs=inventory.skipped_dirs,
-                      unfollowed=tuple(summarised(linker.unfollowed)))
+                      unfollowed=tuple(summarised(linker.unfollowed)),
+                      builds=tuple(linker.builds))
+
+
+def _build_files(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """The pyproject.toml and CMakeLists.txt files in the folders that hold sources,
+    and in the folders above them: where the repository's own build may start."""
+    folders = {""}
+    for rel in files:
+        parts = rel.split("/")[:-1]
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    found = []
+    for folder in sorted(folders):
+        for name in ("pyproject.toml", "CMakeLists.txt"):
+            rel = f"{folder}/{name}" if folder else name
+            if (root / rel).is_file():
+                found.append(rel)
+    return tuple(found)
 
 
 @contextlib.contextmanager

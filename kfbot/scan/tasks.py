@@ -57,6 +57,15 @@ def _declared_reference(task: TaskConfig, path: str) -> ReferenceTest:
 
 
 def _declared_build(build: BuildConfig, path: str, line: int) -> BuildRecipe:
+    if build.kind == "repository":
+        if build.file is None:
+            raise KfbotError(f"{path}:{line}: a build of kind repository names its "
+                             "setup.py or pyproject.toml in `file:`")
+        return BuildRecipe(kind="repository", name=build.name or "", file=build.file,
+                           line=1, sources=build.sources, origin="declared")
+    if build.name is None:
+        raise KfbotError(f"{path}:{line}: a build of kind {build.kind} needs a `name:` (the "
+                         "extension's module name)")
     return BuildRecipe(
         kind=build.kind, name=build.name, file=path, line=line, sources=build.sources,
         defines=tuple(build.defines.items()), extra_cflags=build.extra_cflags,

@@ -254,3 +254,27 @@ def _identity(top: Path) -> dict[str, str]:
     if git.config_value(top, "user.email"):
         return {}
     return dict(_FALLBACK_IDENTITY)
+
+
+_REVERTS = re.compile(r"This reverts commit ([0-9a-f]{7,40})")
+_CANDIDATE_LINE = re.compile(r"^(?:Kfbot-Candidate|Candidate): ([0-9a-f]{16,64})\s*$", re.M)
+
+
+def reverted_candidates(root: Path) -> dict[str, str]:
+    """The candidates whose kfbot commit a commit of HEAD's history reverted (`git
+    revert` writes "This reverts commit <sha>"): candidate hash -> the revert's sha. A
+    kfbot commit names its candidate in a `Kfbot-Candidate:` (pull request) or
+    `Candidate:` (local branch) line."""
+    place = git.locate(root)
+    log = git.text(place.top, "log", "--format=%H%x1f%B%x1e", "HEAD")
+    found: dict[str, str] = {}
+    for entry in log.split("\x1e"):
+        sha, _, body = entry.strip().partition("\x1f")
+        for target in _REVERTS.findall(body):
+            try:
+                message = git.text(place.top, "log", "-1", "--format=%B", target)
+            except git.GitError:
+                continue  # a revert of a commit this clone does not have
+            for digest in _CANDIDATE_LINE.findall(message):
+                found.setdefault(digest, sha)
+    return found

@@ -1,10 +1,14 @@
 """The experience file: a committed Markdown record of what each tried change taught.
 
 Every lesson is one `### Lesson:` heading followed by the same ten `- key: value` lines in
-the same order. kfbot owns those blocks, and nothing else: the text before the first
-lesson (the header) and any notes between lessons are kept verbatim. A note written after
-a lesson belongs to that lesson and moves with it. The lessons are kept sorted by
-(kernel, gpu, change, outcome), so appending what the file already holds changes no byte.
+the same order, then its provenance, in a fixed order where known: the run that learnt
+it, the GPU's architecture, the CUDA and torch versions it was measured with, and
+`retired` once a person retired it (its run was reverted). kfbot owns those blocks, and
+nothing else: the text before the first lesson (the header) and any notes between
+lessons are kept verbatim. A note written after a lesson belongs to that lesson and
+moves with it. The lessons are kept sorted by (kernel, gpu, change, outcome), so
+appending what the file already holds changes no byte. Lessons written before
+provenance was recorded read back with none.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from kfbot.errors import KfbotError
 
@@ -28,6 +32,8 @@ STAGES = ("build", "correctness", "anticheat", "runtime", "static")
 # The field lines of a lesson, in the one order they are written and read.
 KEYS = ("kernel", "gpu", "change", "origin", "outcome", "speedup", "stage", "reason", "date",
         "tags")
+# Provenance lines after them, each where known, in this order.
+PROVENANCE = ("run", "arch", "cuda", "torch", "retired")
 
 DEFAULT_PATH = Path(".kfbot") / "experience.md"
 HEADING = "### Lesson: "
@@ -69,9 +75,14 @@ class Lesson:
     reason: str
     date: str
     tags: tuple[str, ...] = ()
+    run: str = ""  # the run folder's id (`.kfbot/runs/<run>`)
+    arch: str = ""  # the GPU's compute capability, "sm_90"
+    cuda: str = ""
+    torch: str = ""
+    retired: str = ""  # why and when it was retired; "" while it stands
 
     def __post_init__(self) -> None:
-        for name in ("kernel", "gpu", "change", "origin", "reason", "date"):
+        for name in ("kernel", "gpu", "change", "origin", "reason", "date", *PROVENANCE):
             object.__setattr__(self, name, _one_line(str(getattr(self, name))))
         if self.reason == EMPTY:
             object.__setattr__(self, "reason", "")
@@ -96,6 +107,47 @@ class Lesson:
         if self.outcome == "failed":
             return f"failed at {self.stage}"
         return f"{self.speedup:.3f}x {self.outcome}"
+
+    def toolchain(self) -> str:
+        """`sm_90, CUDA 13.0, torch 2.11.0`: where it was measured; "" when unknown."""
+        parts = [self.arch, f"CUDA {self.cuda}" if self.cuda else "",
+                 f"torch {self.torch}" if self.torch else ""]
+        return ", ".join(p for p in parts if p)
+
+    def foreign_to(self, here: Where) -> str | None:
+        """Why this lesson was not measured where `here` is (another GPU, architecture
+        or toolchain, or no provenance at all); None when it was."""
+        if not (self.arch and self.cuda and self.torch):
+            return "no record of where it was measured"
+        theirs = (self.gpu, self.arch, _minor(self.cuda), _minor(self.torch))
+        ours = (here.gpu, here.arch, _minor(here.cuda), _minor(here.torch))
+        if theirs == ours:
+            return None
+        return f"measured on {self.gpu} ({self.toolchain()}), not on this {here.gpu} " \
+               f"({here.arch}, CUDA {here.cuda}, torch {here.torch})"
+
+
+@dataclass(frozen=True)
+class Where:
+    """The GPU and toolchain a run measures on."""
+
+    gpu: str
+    arch: str
+    cuda: str
+    torch: str
+
+    @staticmethod
+    def of(environment: Mapping[str, Any]) -> Where:
+        """From an evaluation's environment (the worker's `describe`)."""
+        capability = str(environment.get("capability") or "")
+        arch = f"sm_{capability.replace('.', '')}" if capability else ""
+        return Where(str(environment.get("gpu") or ""), arch,
+                     str(environment.get("cuda") or ""), str(environment.get("torch") or ""))
+
+
+def _minor(version: str) -> str:
+    """`2.11.0+cu130` -> `2.11`: patch releases keep a lesson's worth."""
+    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 class LessonError(ValueError):
@@ -149,9 +201,12 @@ def _values(lesson: Lesson) -> dict[str, str]:
 
 
 def render_lesson(lesson: Lesson) -> str:
-    """The lesson's Markdown block: its heading and its ten field lines, ending in a newline."""
-    heading = f"{HEADING}{lesson.kernel} on {lesson.gpu}, {lesson.summary()}"
+    """The lesson's Markdown block: its heading, its ten field lines and its provenance
+    lines, ending in a newline."""
+    retired = " (retired)" if lesson.retired else ""
+    heading = f"{HEADING}{lesson.kernel} on {lesson.gpu}, {lesson.summary()}{retired}"
     lines = [heading, *(f"- {key}: {value}" for key, value in _values(lesson).items())]
+    lines += [f"- {key}: {getattr(lesson, key)}" for key in PROVENANCE if getattr(lesson, key)]
     return "\n".join(lines) + "\n"
 
 
@@ -210,20 +265,34 @@ def _parse(path: Path, text: str) -> _Parsed:
         except ValueError as exc:
             raise KfbotError(f"{path}:{speedup_line + 1}: bad speedup: {exc}") from None
         tags = values["tags"]
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        after = start + 1 + len(KEYS)
+        extra, after = _provenance(lines, after, end)
         try:
             lesson = Lesson(
                 kernel=values["kernel"], gpu=values["gpu"], change=values["change"],
                 origin=values["origin"], outcome=cast(Outcome, values["outcome"]),
                 speedup=speedup, stage=None if values["stage"] == EMPTY else values["stage"],
                 reason=values["reason"], date=values["date"],
-                tags=() if tags == EMPTY else tuple(tags.split(",")))
+                tags=() if tags == EMPTY else tuple(tags.split(",")), **extra)
         except LessonError as exc:
-            at = start + 1 + KEYS.index(exc.field)
+            at = start + 1 + KEYS.index(exc.field) if exc.field in KEYS else start
             raise KfbotError(f"{path}:{at + 1}: bad {exc.field}: {exc}") from None
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        units.append(_Unit(lesson, _trim(lines[start + 1 + len(KEYS):end])))
+        units.append(_Unit(lesson, _trim(lines[after:end])))
     header = _trim(lines[:starts[0]] if starts else lines)
     return _Parsed(header, tuple(units))
+
+
+def _provenance(lines: Sequence[str], at: int, end: int) -> tuple[dict[str, str], int]:
+    """The provenance lines from `at` (each optional, in `PROVENANCE` order), and where
+    the lesson's note starts."""
+    found: dict[str, str] = {}
+    for key in PROVENANCE:
+        prefix = f"- {key}:"
+        if at < end and lines[at].startswith(prefix):
+            found[key] = lines[at][len(prefix):].strip()
+            at += 1
+    return found, at
 
 
 def _read(path: Path) -> _Parsed | None:
@@ -278,7 +347,7 @@ def append_lessons(path: Path, lessons: Sequence[Lesson]) -> int:
             where[lesson.key()] = len(units)
             units.append(_Unit(lesson, ()))
             added += 1
-        elif lesson.date > units[i].lesson.date:
+        elif lesson.date > units[i].lesson.date and not units[i].lesson.retired:
             units[i] = _Unit(lesson, units[i].note)
     text = _render(_Parsed(parsed.header, tuple(units)))
     if text != before:
@@ -329,3 +398,31 @@ def relevant(lessons: Sequence[Lesson], kernel: str, gpu: str, tags: Sequence[st
                 -(lesson.speedup or 0.0), -when, tuple(_values(lesson).values()))
 
     return sorted(lessons, key=rank)[:max(limit, 0)]
+
+
+# --- retiring ------------------------------------------------------------------------------
+
+def retire_lessons(path: Path, wanted: Callable[[Lesson], bool], why: str, date: str
+                   ) -> list[Lesson]:
+    """Mark the lessons `wanted` picks (and not retired yet) retired, with `date: why`;
+    the lessons retired. They stay in the file, read by people, and are never shown to
+    a search again."""
+    parsed = _read(path)
+    if parsed is None:
+        return []
+    done: list[Lesson] = []
+    units = []
+    for unit in parsed.units:
+        lesson = unit.lesson
+        if wanted(lesson) and not lesson.retired:
+            lesson = replace(lesson, retired=f"{date}: {why}")
+            done.append(lesson)
+        units.append(_Unit(lesson, unit.note))
+    if done:
+        _write_atomic(path, _render(_Parsed(parsed.header, tuple(units))))
+    return done
+
+
+def candidate_tag(digest: str) -> str:
+    """The tag naming the candidate a lesson came from (its hash's first 10 digits)."""
+    return f"candidate-{digest[:10]}"

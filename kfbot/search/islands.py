@@ -92,8 +92,12 @@ class RunLog:
 class IslandSearch:
     def __init__(self, original: Individual, propose: Propose, evaluate: Evaluate,
                  budget: Budget, settings: SearchSettings, log: RunLog | None = None,
-                 on_result: Callable[[Individual], None] | None = None) -> None:
+                 on_result: Callable[[Individual], None] | None = None,
+                 reached: Callable[[], str | None] | None = None) -> None:
+        """`reached`, asked beside the budget, says why there is nothing left worth
+        searching for (a kernel close to the speed of light), or None."""
         self.original = original
+        self.reached = reached
         self.propose, self.evaluate = propose, evaluate
         self.budget, self.settings = budget, settings
         self.log = log or RunLog(None)
@@ -105,6 +109,7 @@ class IslandSearch:
         self.seen = {original.hash}
         self.history: list[Individual] = []
         self._replay = self.log.load()
+        self._generation_room = 0  # evaluations this generation may still start
 
     def run(self) -> SearchResult:
         generation, idle, stopped = 0, 0, ""
@@ -118,21 +123,33 @@ class IslandSearch:
                 stopped = "no mutator proposes anything new"
             if generation % self.settings.migrate_every == 0:
                 self._migrate()
+        return self.result(stopped)
+
+    def result(self, stopped: str) -> SearchResult:
+        """The search as it stands: also what a run that was stopped mid-way reports."""
         bests = [b for b in (a.best() for a in self.archives) if b is not None]
         best = max(bests, key=lambda e: (e.fitness or 0.0, -e.step), default=None)
-        return SearchResult(best, self.archives, self.history, stopped)
+        return SearchResult(best, self.archives, list(self.history), stopped)
 
     def _plan(self) -> tuple[list[tuple[int, Individual, list[Candidate]]], str]:
-        """Every island's fresh candidates for this generation, and why to stop, if so."""
+        """Every island's fresh candidates for this generation, and why to stop, if so:
+        no more are planned than can finish in the time left."""
         planned: list[tuple[int, Individual, list[Candidate]]] = []
+        self._generation_room, why = self.budget.room(self.settings.islands *
+                                                      self.settings.batch)
+        if why:
+            return planned, why
         for island in range(self.settings.islands):
-            stopped = self.budget.exhausted() or ""
+            stopped = self.budget.exhausted() or (self.reached() if self.reached else None) \
+                or ""
             if stopped:
                 return planned, stopped
             parent, fresh = self._propose(island)
             # Charged when planned, so the next island sees what is left; a resumed
             # run's logged evaluations were counted when its budget was made.
-            self.budget.charge(evaluations=sum(c.hash not in self._replay for c in fresh))
+            new = sum(c.hash not in self._replay for c in fresh)
+            self.budget.charge(evaluations=new)
+            self._generation_room -= new
             planned.append((island, parent, fresh))
         return planned, ""
 
@@ -158,7 +175,8 @@ class IslandSearch:
 
     def _room(self) -> int:
         left = self.budget.evaluations_left()
-        return self.settings.batch if left is None else min(self.settings.batch, left)
+        room = min(self.settings.batch, max(0, self._generation_room))
+        return room if left is None else min(room, left)
 
     def _settle(self, planned: Sequence[tuple[int, Individual, list[Candidate]]]) -> None:
         """One batch for the whole generation, recorded in island then proposal order, so
@@ -169,9 +187,11 @@ class IslandSearch:
         outcomes = {c.hash: self._logged(c.hash) for _, _, c in order if c.hash in self._replay}
         todo = [c for _, _, c in order if c.hash not in outcomes]
         recorded = self._record_ready(order, outcomes, 0)
+        started = self.budget.now()
         for cand, outcome in self.evaluate(todo) if todo else ():
             outcomes[cand.hash] = outcome
             recorded = self._record_ready(order, outcomes, recorded)
+        self.budget.pace.generation(len(todo), self.budget.now() - started)
         if recorded < len(order):
             missing = ", ".join(c.short for _, _, c in order[recorded:] if c.hash not in outcomes)
             raise RuntimeError(f"the evaluator left out candidates {missing}")

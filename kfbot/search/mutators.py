@@ -19,7 +19,6 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Evaluation
@@ -62,7 +61,6 @@ class Mutators:
     findings: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     # Per candidate: its per-shape speedups and its distance to the measured peaks.
     shapes: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    peaks: Mapping[str, Any] | None = None  # the device's measured peaks
     rule_failures: dict[str, str] = field(default_factory=dict)  # rule id -> why it failed
     dropped: dict[str, str] = field(default_factory=dict)  # rule id -> its compiler message
     llm_improvements: int = 0  # LLM children faster than their parent
@@ -186,7 +184,7 @@ class Mutators:
             self.note_failure(island, f"{ev.stage}: {ev.reason}")
         self.findings[cand.hash] = (diagnosis_of(ev), _lines_of(ev))
         self.shapes[cand.hash] = (*prompt_lines(rows_of(ev.timings)),
-                                  *light_lines(ev.timings, self.peaks))
+                                  *light_lines(ev.timings))
         if cand.origin == "rules" and rule_id(cand):
             self._note_rule(cand, ev)
         if cand.origin == "llm" and improved:
@@ -226,7 +224,9 @@ def diagnosis_of(ev: Evaluation) -> str:
 
 def _lines_of(ev: Evaluation, limit: int = 8) -> tuple[str, ...]:
     """Compiler and verification lines worth showing the LLM: errors and resources first."""
-    lines = [f"{d.stage}/{d.kind}: {d.message}" for d in ev.diagnostics]
+    # How the build was made (fast path or whole) says nothing about the kernel.
+    lines = [f"{d.stage}/{d.kind}: {d.message}" for d in ev.diagnostics
+             if d.kind != "build_path"]
     lines += [f"{c.input} vs {c.against}: {c.error or c.description}"
               for c in ev.checks if not c.passed]
     return tuple(line[:300] for line in lines[:limit])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kfbot.evaluate.evaluation import ShapeTiming
 
@@ -118,24 +117,16 @@ def prompt_lines(rows: Sequence[ShapeRow], limit: int = 8) -> tuple[str, ...]:
                  f"{r.verdict}" for r in rows[:limit])
 
 
-def light_lines(timings: Sequence[ShapeTiming], peaks: Mapping[str, Any] | None,
-                limit: int = 8) -> tuple[str, ...]:
-    """Per shape, the achieved bandwidth (or FLOP/s) as a share of the GPU's measured
-    peak: how much speed is left to find there."""
-    if not peaks:
-        return ()
+def light_lines(timings: Sequence[ShapeTiming], limit: int = 8) -> tuple[str, ...]:
+    """Per shape, how close the candidate is to the speed of light on this GPU (the
+    floor from the bytes it must move and the FLOPs it must do): how much speed is
+    left to find there."""
     out = []
     for t in timings[:limit]:
-        bandwidth, flops = peaks.get("bandwidth_bytes_per_s"), peaks.get("fp32_flop_per_s")
-        parts = []
-        if t.bandwidth and bandwidth:
-            parts.append(f"{t.bandwidth / 1e9:.0f} GB/s, {100 * t.bandwidth / bandwidth:.0f}% "
-                         f"of the measured {bandwidth / 1e9:.0f} GB/s")
-        if t.flop_rate and flops:
-            parts.append(f"{t.flop_rate / 1e12:.2f} TFLOP/s, {100 * t.flop_rate / flops:.0f}% "
-                         f"of the measured {flops / 1e12:.1f} TFLOP/s")
-        if parts:
-            out.append(f"{t.input}: {'; '.join(parts)}")
+        if t.floor is not None and t.light is not None:
+            out.append(f"{t.input}: {t.light:.0f}% of the speed of light "
+                       f"({t.floor.bound} floor {t.floor.us:.2f} µs, now "
+                       f"{t.speedup.candidate.median:.2f} µs)")
     return tuple(out)
 
 

@@ -25,6 +25,8 @@ from kfbot.evaluate.signature import CallSignature
 SCHEMA = 2
 REPORT = "report.json"
 PATCH = "best.patch"
+# A stopped run's fastest verified candidate, before it was timed again: never committed.
+UNCONFIRMED_PATCH = "unconfirmed.patch"
 REPRODUCTION = "reproduction.json"
 
 

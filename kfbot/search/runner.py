@@ -38,9 +38,17 @@ from kfbot.evaluate.scope import shared_names
 from kfbot.evaluate.task import KernelTask
 from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
-from kfbot.search.budget import Budget, Limits
+from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor
-from kfbot.search.experience import DEFAULT_PATH, Lesson, append_lessons, read_lessons, relevant
+from kfbot.search.experience import (
+    DEFAULT_PATH,
+    Lesson,
+    Where,
+    append_lessons,
+    candidate_tag,
+    read_lessons,
+    relevant,
+)
 from kfbot.search.features import cell_of
 from kfbot.search.flags import flag_plan, task_flags
 from kfbot.search.heldout import DISPATCHED, dispatch_where_slower, time_held_out
@@ -58,6 +66,7 @@ from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, space_size
 from kfbot.search.pershape import held_out_slower, rows_of
 from kfbot.search.pershape import section as per_shape_section
+from kfbot.search.provenance import lesson_doubt, lesson_line
 from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
@@ -69,13 +78,15 @@ from kfbot.search.report import (
 )
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.rewrites.explain import explain as explain_rewrites
-from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, base_of
+from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
 from kfbot.search.sections import dropped_markdown, llm_markdown, llm_spend
+from kfbot.search.stopping import RunStopped, shielded
 from kfbot.search.target import target_code
 from kfbot.search.variants import variants_where_timed
 from kfbot.search.winner import (
     Confirmed,
     NeedsParameters,
+    committable,
     confirm,
     near_miss,
     needs_parameters,
@@ -93,6 +104,11 @@ class OptimizeSettings:
     usd: float | None = None
     batch: int = 2
     migrate_every: int = 3
+    # Stop once a publishable candidate (or the original itself) runs at this % of the
+    # speed of light or more: what is left to win is within the floor's own error.
+    light_stop: float | None = 90.0
+    started: float | None = None  # time.monotonic() when the run began: `seconds` from it
+    reserve_s: float = 0.0  # of `seconds`, kept for what the command does after the search
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,8 @@ class OptimizeOutcome:
     # The changes that led from the original to the committed candidate, first to last
     # (the candidate's own rationale is the last): what its speedup is owed to.
     lineage: tuple[str, ...] = ()
+    # Why the committed candidate taught no lesson (a warning on it), for the report.
+    lesson_note: str | None = None
     # The committed candidate verified and timed at held-out shapes (see `heldout`).
     held_out: Evaluation | None = None
     held_out_note: str = ""  # why held-out shapes were not timed, when they were not
@@ -179,6 +197,11 @@ class OptimizeOutcome:
     # The repository's fastest other version of the op, per shape, where one was timed.
     variants: Mapping[str, float] = field(default_factory=dict)
     variant_note: str = ""
+    # Stopped before the end (a signal, the hard time limit): why, the exit code the
+    # command gives, and, with nothing confirmed, the fastest candidate verified so far.
+    interrupted: str | None = None
+    exit_code: int = 0
+    unconfirmed: tuple[Candidate, float] | None = None
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
@@ -213,11 +236,11 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
         executor = EngineExecutor(engine)
     log = RunLog(run_dir)
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
-                           settings.usd), spent={"evaluations": len(log.load())})
+                           settings.usd), spent={"evaluations": len(log.load())},
+                    started=settings.started, reserve_s=settings.reserve_s)
     mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm, flags=task_flags(task),
                    task_text=_task_text(task), batch=settings.batch,
-                   lessons=_known_lessons(task, str(engine.device.get("gpu", ""))),
-                   peaks=engine.device.get("peaks"))
+                   lessons=_known_lessons(task, Where.of(engine.device)))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
                           "the original", "original", 0)
     evaluations: dict[str, Evaluation] = {}
@@ -227,16 +250,30 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
         fitness = ev.speedup if ev.ok and ev.speedup is not None else None
         return Outcome(cell_for(task, dict(cand.files)), fitness, ev.stage, ev.reason)
 
-    evaluate = through(executor, outcome_of, evaluations)
+    evaluate = through(executor, outcome_of, evaluations, budget)
     search = IslandSearch(original, mut.propose, evaluate, budget,
                           SearchSettings(settings.islands, settings.migrate_every,
-                                         settings.batch, settings.seed), log, learn)
-    result = search.run()
+                                         settings.batch, settings.seed), log, learn,
+                          near_light(evaluations, settings.light_stop))
+    confirmed: Confirmed | None = None
+    try:
+        result = search.run()
+        logged = {h: i.fitness for h, i in log.load().items() if i.fitness and i.fitness > 1.0}
+        confirmed = confirm(evaluations, mut.candidates,
+                            lambda c: executor.evaluate([c])[0][1], logged,
+                            lambda: budget.seconds_left() is None or
+                            (budget.seconds_left() or 0.0) > budget.pace.again_s())
+        committed, held, held_note, held_miss = where_it_holds(engine, confirmed.committed)
+    except RunStopped as stop:  # write what is verified so far; the command says it stopped
+        outcome = stopped_outcome(search.result(stop.reason), evaluations,
+                                  mut.candidates, budget, stop, confirmed)
+        learned(outcome, mut)
+        with shielded():
+            outcome.files = write_outputs(task, outcome, run_dir, settings)
+        return outcome
     best = result.best if result.best and result.best.hash != ORIGINAL.hash else None
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
-    confirmed = confirm(evaluations, mut.candidates, lambda c: executor.evaluate([c])[0][1])
-    committed, held, held_note, held_miss = where_it_holds(engine, confirmed.committed)
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
                               adequacy=engine.adequacy(), committed=committed,
                               confirmation=confirmed,
@@ -248,8 +285,10 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
     learned(outcome, mut)
-    beside_variants(engine, task, outcome)
-    outcome.files = write_outputs(task, outcome, run_dir, settings)
+    if budget.seconds_left() is None or (budget.seconds_left() or 0.0) > budget.pace.again_s():
+        beside_variants(engine, task, outcome)
+    with shielded():
+        outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
 
 
@@ -269,6 +308,51 @@ def beside_variants(engine: GpuFacts, task: KernelTask, outcome: OptimizeOutcome
     held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
     outcome.variants, outcome.variant_note = variants_where_timed(
         engine, task, [*outcome.committed[0].timings, *held])
+
+
+def near_light(evaluations: Mapping[str, Evaluation], threshold: float | None
+               ) -> Callable[[], str | None]:
+    """Why the search can stop: a publishable candidate, or the original as timed beside
+    any candidate, at `threshold` % of the speed of light or more."""
+
+    def reached() -> str | None:
+        if threshold is None:
+            return None
+        for digest, ev in evaluations.items():
+            if ev.original_light is not None and ev.original_light >= threshold:
+                return (f"the original already runs at {ev.original_light:.0f}% of the speed "
+                        f"of light (threshold {threshold:.0f}%)")
+            if ev.publishable and ev.light is not None and ev.light >= threshold:
+                return (f"candidate {digest[:10]} runs at {ev.light:.0f}% of the speed of "
+                        f"light (threshold {threshold:.0f}%)")
+        return None
+
+    return reached
+
+
+def stopped_outcome(result: SearchResult, evaluations: Mapping[str, Evaluation],
+                    candidates: Mapping[str, Candidate], budget: Budget, stop: RunStopped,
+                    confirmed: Confirmed | None = None) -> OptimizeOutcome:
+    """A run stopped before its end. A winner confirmed already is committed, with its
+    numbers; else nothing is, and the fastest candidate verified so far is named, with
+    its figure from the search."""
+    found = committable(evaluations, candidates)
+    if confirmed is not None and confirmed.committed is not None:
+        return OptimizeOutcome(result, found[0] if found else None,
+                               found[1] if found else None, budget.spent(),
+                               committed=confirmed.committed, confirmation=confirmed,
+                               held_out_note="held-out shapes were not timed: the run was "
+                                             "stopped first",
+                               lineage=lineage(confirmed.committed[1], candidates),
+                               interrupted=stop.reason, exit_code=stop.exit_code)
+    logged = [(i.fitness, candidates[i.hash]) for i in result.history
+              if i.fitness and i.fitness > 1.0 and i.hash in candidates
+              and i.hash not in evaluations and not candidates[i.hash].params]
+    best = max([*([(found[0].speedup or 0.0, found[1])] if found else []), *logged],
+               key=lambda pair: pair[0], default=None)
+    return OptimizeOutcome(result, found[0] if found else None, found[1] if found else None,
+                           budget.spent(), unconfirmed=(best[1], best[0]) if best else None,
+                           interrupted=stop.reason, exit_code=stop.exit_code)
 
 
 def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
@@ -345,26 +429,31 @@ def _learner(mut: Mutators, evaluations: Mapping[str, Evaluation], rng: random.R
     return learn
 
 
-def _known_lessons(task: KernelTask, gpu: str) -> tuple[str, ...]:
-    """Lessons from earlier runs worth showing the LLM, most relevant first."""
+def _known_lessons(task: KernelTask, here: Where) -> tuple[str, ...]:
+    """Lessons from earlier runs worth showing the LLM, most relevant first: retired ones
+    never, and one measured on another GPU, architecture or toolchain (or with no record
+    of where) said to be so, never passed off as this machine's."""
     path = task.root / DEFAULT_PATH
     if not path.is_file():
         return ()
     try:
-        found = relevant(read_lessons(path), task.kernel_id, gpu, limit=8)
+        standing = [x for x in read_lessons(path) if not x.retired]
     except KfbotError:
         return ()  # a damaged experience file must not stop the search; lessons says why
-    return tuple(f"{lesson.kernel} on {lesson.gpu}: {lesson.change} ({lesson.origin}) -> "
-                 f"{lesson.summary()}" for lesson in found)
+    found = relevant(standing, task.kernel_id, here.gpu, limit=8)
+    return tuple(lesson_line(lesson, here) for lesson in found)
 
 
 def through(executor: Executor, outcome: Callable[[Candidate, Evaluation], Outcome],
-            evaluations: dict[str, Evaluation]) -> Evaluate:
-    """The search's `evaluate` over an executor; every evaluation is kept in `evaluations`."""
+            evaluations: dict[str, Evaluation], budget: Budget | None = None) -> Evaluate:
+    """The search's `evaluate` over an executor; every evaluation is kept in `evaluations`
+    and its build and GPU seconds tell the budget's pace."""
 
     def evaluate(cands: Sequence[Candidate]) -> Iterable[tuple[Candidate, Outcome]]:
         for cand, ev in executor.evaluate(cands):
             evaluations[cand.hash] = ev
+            if budget is not None:
+                budget.pace.evaluated(ev.build_seconds, ev.eval_seconds)
             yield cand, outcome(cand, ev)
 
     return evaluate
@@ -378,16 +467,27 @@ def write_outputs(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
     series = best_so_far(outcome.result.history, settings.islands)
     if png_chart(series, run_dir / "progress.png", f"{task.kernel_name}: best speedup"):
         files["chart"] = run_dir / "progress.png"
+        drawn = "The same chart is drawn in `progress.png` beside this report."
+    else:
+        drawn = (f"`progress.png` was not drawn: matplotlib is not installed for "
+                 f"{sys.executable} (`pip install 'kfbot[gpu]'` brings it).")
+        print(f"kfbot: {drawn.replace('`', '')}", file=sys.stderr)
     patch = _patch(task, outcome.committed[1]) if outcome.committed else None
     if patch is not None:
         (run_dir / PATCH).write_text(patch, encoding="utf-8")
         files["patch"] = run_dir / PATCH
-    (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch),
+    outcome.lesson_note = _lessons(task, outcome, run_dir.name)
+    if outcome.unconfirmed is not None:  # a stopped run's best, kept under its own name
+        (run_dir / UNCONFIRMED_PATCH).write_text(_patch(task, outcome.unconfirmed[0]),
+                                                 encoding="utf-8")
+        files["unconfirmed patch"] = run_dir / UNCONFIRMED_PATCH
+    else:  # a resumed run that finished: what it stopped with before is history
+        (run_dir / UNCONFIRMED_PATCH).unlink(missing_ok=True)
+    (run_dir / "report.md").write_text(_markdown(task, outcome, series, patch, drawn),
                                        encoding="utf-8")
     (run_dir / REPORT).write_text(json.dumps(_record(task, outcome), indent=1),
                                   encoding="utf-8")
     files["report"] = run_dir / "report.md"
-    _lessons(task, outcome)
     if outcome.committed is not None:
         _branch(task, outcome.committed, run_dir, files)
     return files
@@ -409,12 +509,28 @@ def headline(task: KernelTask, committed: tuple[Evaluation, Candidate] | None,
             f"candidate, and `{PATCH}` holds exactly its files.{review}")
 
 
+def stopped_headline(outcome: OptimizeOutcome) -> str:
+    """A stopped run's first line: nothing confirmed, and the best verified so far."""
+    said = (f"**Stopped ({outcome.interrupted}) before a winner was confirmed: nothing "
+            "confirmed yet, nothing committed.**")
+    if outcome.unconfirmed is None:
+        return said + " No candidate verified so far was faster than the original."
+    cand, figure = outcome.unconfirmed
+    return (f"{said} The fastest verified so far: candidate `{cand.short}` ({cand.origin}: "
+            f"{cand.rationale or 'no rationale'}), {figure:.2f}x in the search, not yet "
+            f"timed again; `{UNCONFIRMED_PATCH}` holds its files. `kfbot optimize --resume` "
+            "continues the run and confirms it.")
+
+
 def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
-              patch: str | None) -> str:
+              patch: str | None, drawn: str = "") -> str:
+    first = stopped_headline(outcome) if outcome.interrupted and not outcome.committed \
+        else headline(task, outcome.committed, outcome.near_miss, outcome.lineage)
     lines = [f"# kfbot optimize: {task.kernel_id}", "",
-             f"Stopped: {outcome.result.stopped}. Spent: {outcome.spent}.", "",
-             headline(task, outcome.committed, outcome.near_miss, outcome.lineage), ""]
+             f"The search stopped: {outcome.result.stopped or 'it finished'}; it took "
+             f"{spent_words(outcome.spent)}.", "", first, ""]
     lines += _confirmation_lines(outcome.confirmation)
+    lines += [outcome.lesson_note, ""] if outcome.lesson_note else []
     if outcome.committed is not None and patch is not None:
         lines += [evaluation_markdown(task.kernel_name, outcome.committed[0]), "## Patch", "",
                   "```diff", patch, "```", ""]
@@ -425,7 +541,8 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
                   outcome.adequacy.markdown(), ""]
     lines += ["## Progress", "", "Every candidate the search evaluated, those that need build "
-              "parameters included.", "", mermaid_chart(series), "## Search history", "",
+              "parameters included.", "", mermaid_chart(series), drawn, "", "## Search history",
+              "",
               history_table(outcome.result.history)]
     return "\n".join(lines)
 
@@ -493,6 +610,10 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
         "dropped_rewrites": dict(outcome.dropped_rewrites),
         "variants": dict(outcome.variants), "variant_note": outcome.variant_note or None,
         "llm": outcome.llm,
+        "interrupted": outcome.interrupted,
+        "unconfirmed": {"candidate": outcome.unconfirmed[0].hash,
+                        "speedup_in_search": round(outcome.unconfirmed[1], 6),
+                        "patch": UNCONFIRMED_PATCH} if outcome.unconfirmed else None,
         "needs_parameters": {
             "candidate": found.candidate.hash, "params": dict(found.candidate.params),
             "edits": list(found.edits),
@@ -529,20 +650,28 @@ def _patch(task: KernelTask, cand: Candidate) -> str:
     return unified_patch(originals, dict(cand.files))
 
 
-def _lessons(task: KernelTask, outcome: OptimizeOutcome) -> None:
-    """Append what the run learned: the committed change, tagged with its hash."""
-    found: list[Lesson] = []
-    if outcome.committed is not None:
-        ev, cand = outcome.committed
-        if cand.origin in ("params", "rules", "llm"):
-            gpu = str(ev.environment.get("gpu", "unknown GPU"))
-            verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
-            change = credited(outcome.lineage) or cand.rationale or "best candidate"
-            found.append(Lesson(task.kernel_id, gpu, change,
-                                cand.origin, verdict, ev.speedup or 1.0, None, ev.reason,
-                                datetime.date.today().isoformat(),
-                                (f"candidate-{cand.short}",)))
-    append_lessons(task.root / ".kfbot" / "experience.md", found)
+def _lessons(task: KernelTask, outcome: OptimizeOutcome, run_id: str) -> str | None:
+    """Append what the run learned: the committed change, tagged with its hash and with
+    where it was measured, when it passed every check with no warning; else why not."""
+    if outcome.committed is None:
+        return None
+    ev, cand = outcome.committed
+    if cand.origin not in ("params", "rules", "llm"):
+        return None
+    doubt = lesson_doubt(ev)
+    if doubt is not None:
+        return f"No lesson was recorded: {doubt}."
+    here = Where.of(ev.environment)
+    verdict = ev.verdict if ev.verdict in ("faster", "slower", "noise") else "noise"
+    change = credited(outcome.lineage) or cand.rationale or "best candidate"
+    lesson = Lesson(task.kernel_id, here.gpu or "unknown GPU", change, cand.origin, verdict,
+                    ev.speedup or 1.0, None, ev.reason, datetime.date.today().isoformat(),
+                    (candidate_tag(cand.hash),), run=run_id, arch=here.arch, cuda=here.cuda,
+                    torch=here.torch)
+    append_lessons(task.root / ".kfbot" / "experience.md", [lesson])
+    return None
+
+
 
 
 def _task_text(task: KernelTask) -> str:

@@ -27,11 +27,15 @@ _NVCC_FLAGS_AT = {
     "setup_py": "`extra_compile_args[\"nvcc\"]`",
     "load": "`extra_cuda_cflags`",
     "load_inline": "`extra_cuda_cflags`",
+    "kernel_builder": "`cuda-flags` of the [kernel] section",
+    "repository": "the nvcc flags of the repository's own build (its setup.py or CMake)",
 }
 _DEFINES_AT = {
     "setup_py": "`define_macros` (or `-D` in `extra_compile_args[\"nvcc\"]`)",
     "load": "`extra_cuda_cflags` as `-D`",
     "load_inline": "`extra_cuda_cflags` as `-D`",
+    "kernel_builder": "`cuda-flags` of the [kernel] section as `-D`",
+    "repository": "the defines of the repository's own build (its setup.py or CMake)",
 }
 
 
@@ -97,7 +101,9 @@ class Confirmed:
 
 
 def confirm(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Candidate],
-            evaluate: Callable[[Candidate], Evaluation]) -> Confirmed:
+            evaluate: Callable[[Candidate], Evaluation],
+            earlier: Mapping[str, float] | None = None,
+            time_for_one: Callable[[], bool] = lambda: True) -> Confirmed:
     """The committable candidate, evaluated again; that second evaluation is its numbers.
 
     The search keeps the fastest of many noisy measurements, so the winner's own figure
@@ -105,21 +111,41 @@ def confirm(evaluations: Mapping[str, Evaluation], candidates: Mapping[str, Cand
     of the chosen code, which took no part in choosing it, does not. A candidate whose
     second evaluation is not correct and significantly faster is not committed; the
     next fastest is tried, CONFIRMATIONS at most.
+
+    `earlier`: speedups a resumed run's log recorded for candidates it did not evaluate
+    again; such a candidate competes on that figure, and its fresh evaluation here is
+    its second one. `time_for_one` says whether the run's time allows one more.
     """
     left = dict(evaluations)
+    logged = {h: s for h, s in (earlier or {}).items()
+              if h not in evaluations and h in candidates and _files_only(candidates[h])}
     dropped: list[str] = []
     for _ in range(CONFIRMATIONS):
-        choice = committable(left, candidates)
+        choice = _next_choice(left, logged, candidates)
         if choice is None:
             break
-        first, cand = choice
+        if not time_for_one():
+            dropped.append(f"`{choice[1].short}` ({choice[0]:.2f}x in the search) was not "
+                           "timed again: the time limit leaves no room for it")
+            break
+        figure, cand = choice
         again = evaluate(cand)
         if again.publishable:
-            return Confirmed((again, cand), first.speedup, tuple(dropped))
-        dropped.append(f"`{cand.short}` ({first.speedup or 0.0:.2f}x in the search) was "
+            return Confirmed((again, cand), figure, tuple(dropped))
+        dropped.append(f"`{cand.short}` ({figure:.2f}x in the search) was "
                        f"{again.verdict or again.stage} when timed again: {again.reason}")
-        del left[cand.hash]
+        left.pop(cand.hash, None)
+        logged.pop(cand.hash, None)
     return Confirmed(None, None, tuple(dropped))
+
+
+def _next_choice(left: Mapping[str, Evaluation], logged: Mapping[str, float],
+                 candidates: Mapping[str, Candidate]) -> tuple[float, Candidate] | None:
+    """The fastest in the search of the committable evaluated ones and the logged ones."""
+    fresh = committable(left, candidates)
+    found = [(fresh[0].speedup or 0.0, fresh[1])] if fresh else []
+    found += [(figure, candidates[h]) for h, figure in sorted(logged.items())]
+    return max(found, key=lambda pair: pair[0], default=None)
 
 
 def needs_parameters(task: KernelTask, evaluations: Mapping[str, Evaluation],
@@ -166,7 +192,8 @@ def _define_edit(task: KernelTask, name: str, value: str, where: str) -> str:
 def _build_line(task: KernelTask, recipe: BuildRecipe) -> str:
     """`setup.py:12` with the line's text, or the declared build in the config."""
     call = {"setup_py": "the CUDAExtension", "load": "the load() call",
-            "load_inline": "the load_inline() call"}[recipe.kind]
+            "load_inline": "the load_inline() call", "kernel_builder": "build.toml",
+            "repository": "the repository's own build"}[recipe.kind]
     if recipe.origin == "declared":
         return (f"the build declared at `{recipe.file}:{recipe.line}` (and wherever the "
                 "repository's own build passes nvcc flags)")

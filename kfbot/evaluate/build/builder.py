@@ -18,6 +18,7 @@ C++ compiler) raises `KfbotError`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -32,7 +33,9 @@ from pathlib import Path
 
 from kfbot.evaluate import torch_build
 from kfbot.evaluate.build import flags as cmd
+from kfbot.evaluate.build.fast import FastPath, path_note
 from kfbot.evaluate.build.model import (
+    BuildPath,
     BuildPlan,
     BuildRequest,
     BuildResult,
@@ -58,10 +61,18 @@ from kfbot.evaluate.diagnostics import (
     resource_diagnostics,
 )
 from kfbot.evaluate.model import Diagnostic, KernelResources
+from kfbot.evaluate.processes import kill_group
 from kfbot.evaluate.sandbox import untrusted_env
 
-COMPILE_TIMEOUT_S = 1800.0
+log = logging.getLogger(__name__)
+
+COMPILE_TIMEOUT_S = 1800.0  # the most one compile may take, however slow the original's
 LINK_TIMEOUT_S = 600.0
+# A compile is given this many times what the same unit of the original took, and at
+# least MIN_TIMEOUT_S: a candidate that takes longer has hung.
+TIMEOUT_FACTOR = 5.0
+MIN_TIMEOUT_S = 120.0
+STOPPED = "the build was stopped: the run is ending"
 _MISSING_LIB = re.compile(r"cannot find -l(?P<lib>\S+?):?(?:\s|$)")
 
 
@@ -73,6 +84,7 @@ class _Run:
     returncode: int | None  # None: timed out
     output: str
     seconds: float = 0.0
+    timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,7 @@ class CompiledObject:
     log: str
     returncode: int | None = 0
     seconds: float = 0.0  # compile time; 0 for a reused object
+    timeout_s: float = 0.0  # the limit it ran under
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -111,7 +124,8 @@ def _cpu_count() -> int:
 class Builder:
     """Builds recipes and candidates; one instance is shared by every build of a run."""
 
-    def __init__(self, cache_dir: Path, arch: str | None = None, jobs: int | None = None) -> None:
+    def __init__(self, cache_dir: Path, arch: str | None = None, jobs: int | None = None,
+                 timeout_s: float = COMPILE_TIMEOUT_S) -> None:
         self.toolkit = find_toolkit()
         torch_build.require_torch()
         self.cache_dir = Path(cache_dir).resolve()
@@ -121,6 +135,13 @@ class Builder:
         self._slots = threading.BoundedSemaphore(self.jobs)  # compiler processes, all builds
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
+        self.timeout_s = timeout_s
+        # Seconds the slowest compile of each staged source took (cached ones too): a
+        # compile of that source gets TIMEOUT_FACTOR times as long.
+        self._took: dict[str, float] = {}
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._stopped = threading.Event()
+        self.fast = FastPath(self)
         for folder in ("stage", "objects", "artifacts"):
             (self.cache_dir / folder).mkdir(parents=True, exist_ok=True)
 
@@ -191,7 +212,10 @@ class Builder:
     # building
 
     def build(self, request: BuildRequest) -> BuildResult:
-        """Build one request; a bad candidate is a result with `ok=False`, never raised."""
+        """Build one request; a bad candidate is a result with `ok=False`, never raised.
+
+        A candidate of a request that names its kernel takes the fast path where it can
+        (`fast`); where it cannot, the full build, and its diagnostics say why."""
         started = time.monotonic()
         try:
             plan = self.plan(request)
@@ -209,7 +233,34 @@ class Builder:
                 reused=0,
                 key="",
             )
-        return self._build_planned(plan, started)
+        if not _candidate(request):
+            return self._build_planned(plan, started)
+        found = self.fast.build(request, plan, started)
+        if isinstance(found, BuildResult):
+            note = (f"kernel {request.kernel} compiled alone and linked to the host part, "
+                    "compiled once for the original") if found.ok else \
+                f"kernel {request.kernel} compiled alone did not finish compiling"
+            return _noted(found, "fast", note)
+        return _noted(self._build_planned(plan, started), "full", found or "the candidate "
+                      "changes no compiled file")
+
+    def warm(self, request: BuildRequest) -> None:
+        """What the fast path builds once per original (the host part of the kernel's
+        unit), built now: off the first candidate's path."""
+        if request.kernel and not request.real_names:
+            self.fast.warm(request)
+
+    def warm_later(self, request: BuildRequest) -> None:
+        """`warm`, in a thread of its own; the first candidate that needs the host part
+        waits for it there (one compile per object, whoever asks first)."""
+        threading.Thread(target=self._warm_quietly, args=(request,),
+                         name="kfbot-warm-fast-path", daemon=True).start()
+
+    def _warm_quietly(self, request: BuildRequest) -> None:
+        try:
+            self.warm(request)
+        except Exception as exc:  # the first candidate meets the same problem and says it
+            log.debug("preparing the fast path failed: %s", exc)
 
     def build_many(self, requests: Sequence[BuildRequest]) -> list[BuildResult]:
         """Build in parallel (compiles still share the `jobs` slots); results in order."""
@@ -220,7 +271,11 @@ class Builder:
             return list(pool.map(self.build, requests))
 
     def _build_planned(self, plan: BuildPlan, started: float) -> BuildResult:
-        objects = self._compile_all(plan)
+        return self.link_objects(plan, self._compile_all(plan), started)
+
+    def link_objects(self, plan: BuildPlan, objects: Sequence[CompiledObject],
+                     started: float) -> BuildResult:
+        """Link compiled objects (when all compiled) into the plan's artifact."""
         diagnostics, resources = self._object_findings(plan, objects)
         stage: BuildStage = "compile"
         artifact: Path | None = None
@@ -255,12 +310,12 @@ class Builder:
         diagnostics: list[Diagnostic] = []
         resources: list[KernelResources] = []
         for item in objects:
-            diagnostics += self._compile_diagnostics(plan.staging, item)
+            diagnostics += self.object_diagnostics(plan.staging, item)
             resources += parse_ptxas_resources(item.log)
         resources = list(dict.fromkeys(resources))
         return [*diagnostics, *resource_diagnostics(resources)], resources
 
-    def _compile_diagnostics(self, staging: Staging, item: CompiledObject) -> list[Diagnostic]:
+    def object_diagnostics(self, staging: Staging, item: CompiledObject) -> list[Diagnostic]:
         found = [
             self._to_repository(d, staging)
             for d in parse_compiler_output(item.log, root=str(staging.directory))
@@ -269,7 +324,8 @@ class Builder:
             return found
         origin, _ = staging.files[item.plan.source].locate(None)
         if item.returncode is None:
-            message = f"compiling {origin} took longer than {COMPILE_TIMEOUT_S:.0f} s"
+            message = (f"compiling {origin} took longer than {item.timeout_s:.0f} s and was "
+                       "killed")
             return [*found, Diagnostic("build", "compile_timeout", message, "error", origin)]
         last = next((line for line in reversed(item.log.splitlines()) if line.strip()), "")
         message = f"compiling {origin} failed (exit {item.returncode}): {last.strip()}"
@@ -302,32 +358,59 @@ class Builder:
     def _run(
         self, command: Sequence[str], cwd: Path, timeout: float, stdin: str | None = None
     ) -> _Run:
+        """Run one tool in its own process group: a timeout or `stop` kills it and all
+        it started (nvcc's cicc and ptxas too)."""
         with self._slots:
+            if self._stopped.is_set():
+                return _Run(-1, STOPPED)
             started = time.monotonic()
             try:
-                done = subprocess.run(
-                    list(command),
-                    cwd=cwd,
-                    env=untrusted_env(),  # a candidate can #include what it sees
-                    input=stdin,
-                    text=True,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    errors="replace",
-                    timeout=timeout,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as expired:
-                output = expired.output
-                text = output.decode(errors="replace") if isinstance(output, bytes) else ""
-                return _Run(None, text or "", time.monotonic() - started)
+                proc = subprocess.Popen(
+                    list(command), cwd=cwd, env=untrusted_env(),  # a candidate can
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # #include what it sees
+                    start_new_session=True)
             except OSError as exc:
                 return _Run(127, f"{command[0]}: {exc}")
-        return _Run(done.returncode, done.stdout or "", time.monotonic() - started)
+            with self._guard:
+                self._running.add(proc)
+            try:
+                code, output = _communicate(proc, stdin, timeout)
+            finally:
+                kill_group(proc)
+                with self._guard:
+                    self._running.discard(proc)
+        if self._stopped.is_set() and code != 0:
+            return _Run(-1, STOPPED, time.monotonic() - started)
+        return _Run(code, output, time.monotonic() - started, timeout)
+
+    def stop(self) -> None:
+        """Kill every compile and link in progress and start no more: the run ends."""
+        self._stopped.set()
+        with self._guard:
+            running = list(self._running)
+        for proc in running:
+            kill_group(proc)
+
+    def slowest_compile_s(self) -> float:
+        """The longest compile of any unit so far (cached ones as they took then)."""
+        with self._guard:
+            return max(self._took.values(), default=0.0)
+
+    def compile_timeout(self, source: str) -> float:
+        """How long a compile of `source` may take before it counts as hung."""
+        took = self._took.get(source)
+        if took is None:
+            return self.timeout_s
+        return min(self.timeout_s, max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * took))
 
     def compile_object(self, plan: BuildPlan, obj: ObjectPlan) -> CompiledObject:
         """Compile (or find in the cache) one object of `plan`, outside a whole build."""
         return self._compile(plan.staging.directory, obj)
+
+    def compile_in(self, directory: Path, obj: ObjectPlan) -> CompiledObject:
+        """Compile (or find in the cache) an object from the files of `directory`."""
+        return self._compile(directory, obj)
 
     def _compile(
         self, directory: Path, plan: ObjectPlan, stdin: str | None = None
@@ -337,18 +420,26 @@ class Builder:
         with self._exclusive(plan.key):
             if target.exists():
                 text = log.read_text(errors="replace") if log.exists() else ""
+                self._note_time(plan.source, _recorded_seconds(target))
                 return CompiledObject(plan, target, True, True, text)
             scratch = target.with_name(f".{plan.key}.{uuid.uuid4().hex}.o")
-            run = self._run(
-                _with_output(plan.command, str(scratch)), directory, COMPILE_TIMEOUT_S, stdin
-            )
+            run = self._run(_with_output(plan.command, str(scratch)), directory,
+                            self.compile_timeout(plan.source), stdin)
             ok = run.returncode == 0 and scratch.exists()
             if ok:
                 _write_atomic(log, run.output.encode("utf-8"))
+                _write_atomic(target.with_suffix(".seconds"), f"{run.seconds:.3f}".encode())
                 os.replace(scratch, target)
+                self._note_time(plan.source, run.seconds)
             else:
                 scratch.unlink(missing_ok=True)
-            return CompiledObject(plan, target, ok, False, run.output, run.returncode, run.seconds)
+            return CompiledObject(plan, target, ok, False, run.output, run.returncode,
+                                  run.seconds, run.timeout_s)
+
+    def _note_time(self, source: str, seconds: float | None) -> None:
+        if seconds is not None:
+            with self._guard:
+                self._took[source] = max(seconds, self._took.get(source, 0.0))
 
     def _link(
         self, plan: BuildPlan, objects: Sequence[CompiledObject]
@@ -403,6 +494,37 @@ class Builder:
 
     def _link_diagnostics(self, output: str) -> list[Diagnostic]:
         return [_explain_link(d) for d in parse_compiler_output(output)]
+
+
+def _candidate(request: BuildRequest) -> bool:
+    """A candidate that names its kernel: one the fast path may build."""
+    return bool(request.kernel) and not request.real_names and bool(
+        request.files or request.params or request.extra_cuda_cflags)
+
+
+def _noted(result: BuildResult, path: BuildPath, why: str) -> BuildResult:
+    return replace(result, path=path, diagnostics=(*result.diagnostics, path_note(path, why)))
+
+
+def _communicate(proc: subprocess.Popen[bytes], stdin: str | None,
+                 timeout: float) -> tuple[int | None, str]:
+    """(exit code or None when it timed out, output); the group is killed on a timeout."""
+    data = stdin.encode("utf-8") if stdin is not None else None
+    try:
+        output, _ = proc.communicate(data, timeout=timeout)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        output, _ = proc.communicate()
+        code = None
+    return code, (output or b"").decode("utf-8", errors="replace")
+
+
+def _recorded_seconds(target: Path) -> float | None:
+    try:
+        return float(target.with_suffix(".seconds").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _link_failure(run: _Run) -> Diagnostic:

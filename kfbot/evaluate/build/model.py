@@ -18,6 +18,8 @@ from kfbot.evaluate.model import Diagnostic, KernelResources
 from kfbot.scan.model import BuildRecipe, InlineSource
 
 BuildStage = Literal["stage", "compile", "link", "done"]
+# How a candidate was built: its kernel alone against the cached host part, or whole.
+BuildPath = Literal["fast", "full"]
 
 _IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
@@ -36,6 +38,9 @@ class BuildRequest:
     # The names the repository's own code uses: its module name and namespaces, not
     # renamed (a build for its tests and scripts, never loaded beside another).
     real_names: bool = False
+    # The kernel a candidate optimizes (its bare name): with it, the candidate's build
+    # may take the fast path (`fast`); empty for the full build always.
+    kernel: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,10 @@ class BuildResult:
     compiled: int  # objects compiled now
     reused: int  # objects taken from the cache
     key: str  # cache key of the linked artifact
+    path: BuildPath = "full"
+    # The `PyInit_<init>` the artifact exports, when it is not `module_name`'s: a
+    # candidate built by the repository's own build keeps the module's real name.
+    init: str = ""
 
 
 @dataclass(frozen=True)

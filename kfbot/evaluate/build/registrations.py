@@ -99,12 +99,13 @@ def owned_namespaces(texts: Iterable[str], alias: Mapping[str, str]) -> set[str]
 
 
 def _rename_edits(
-    text: str, renames: Mapping[str, str], alias: Mapping[str, str]
+    text: str, renames: Mapping[str, str], alias: Mapping[str, str], modules: bool = True
 ) -> list[tuple[int, int, bytes]]:
     edits: list[tuple[int, int, bytes]] = []
     for macro in macros(text):
         namespace = resolve(macro.argument, alias)
-        if macro.name == "PYBIND11_MODULE" and macro.argument != "TORCH_EXTENSION_NAME":
+        if macro.name == "PYBIND11_MODULE" and macro.argument != "TORCH_EXTENSION_NAME" \
+                and modules:
             edits.append((macro.start, macro.end, b"TORCH_EXTENSION_NAME"))
         elif macro.name != "PYBIND11_MODULE" and namespace in renames:
             edits.append((macro.start, macro.end, renames[namespace].encode()))
@@ -128,14 +129,17 @@ def _qualified_string_edits(text: str, renames: Mapping[str, str]) -> list[tuple
 
 
 def rename_registrations(
-    text: str, renames: Mapping[str, str], alias: Mapping[str, str] | None = None
+    text: str, renames: Mapping[str, str], alias: Mapping[str, str] | None = None,
+    modules: bool = True,
 ) -> str:
-    """Rewrite TORCH_LIBRARY* namespaces and PYBIND11_MODULE's literal name in place.
+    """Rewrite TORCH_LIBRARY* namespaces and, with `modules`, PYBIND11_MODULE's literal
+    name in place (a build of the repository's own keeps its module names: it may not
+    define TORCH_EXTENSION_NAME).
 
     Byte offsets come from tree-sitter, so comments and strings that merely
     mention a namespace are left alone, and line numbers never move.
     """
-    edits = _rename_edits(text, renames, alias or {})
+    edits = _rename_edits(text, renames, alias or {}, modules)
     if not edits:
         return text
     data = text.encode("utf-8")

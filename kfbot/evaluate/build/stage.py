@@ -261,7 +261,7 @@ def _repository_sources(request: BuildRequest, tree: _Tree) -> list[StagedFile]:
     return staged
 
 
-def _write_stage(directory: Path, files: Mapping[str, StagedFile]) -> None:
+def write_stage(directory: Path, files: Mapping[str, StagedFile]) -> None:
     """Write the stage folder whole, then rename it into place (builds share it)."""
     if directory.is_dir():
         return
@@ -314,7 +314,7 @@ def stage(request: BuildRequest, stage_root: Path) -> Staging:
     )
     key = digest("stage", sorted((p, s.text) for p, s in files.items()))
     directory = stage_root / key
-    _write_stage(directory, files)
+    write_stage(directory, files)
     python_module = any(registers_module(staged.text) for staged in files.values())
     # The scan may name a namespace by its macro (KFOPS_NAMESPACE, TORCH_EXTENSION_NAME):
     # the worker finds the build's namespace under either name.

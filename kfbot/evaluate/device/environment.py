@@ -62,8 +62,12 @@ def _visible_gpu() -> str:
 
 
 def measured_peaks() -> dict[str, float]:
-    """Device-to-device copy bandwidth (bytes/s) and fp32 matmul FLOP/s, measured now."""
-    return {"bandwidth_bytes_per_s": _copy_bandwidth(), "fp32_flop_per_s": _matmul_flops()}
+    """Device-to-device copy bandwidth (bytes/s) and matmul FLOP/s in float32 (TF32 off),
+    float16 and bfloat16, measured now: the speed of light of a shape is read off them."""
+    return {"bandwidth_bytes_per_s": _copy_bandwidth(),
+            "fp32_flop_per_s": _matmul_flops(torch.float32),
+            "fp16_flop_per_s": _matmul_flops(torch.float16),
+            "bf16_flop_per_s": _matmul_flops(torch.bfloat16)}
 
 
 def _copy_bandwidth() -> float:
@@ -72,10 +76,15 @@ def _copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / _best_seconds(lambda: dst.copy_(src))
 
 
-def _matmul_flops() -> float:
-    a = torch.randn(8192, 8192, device="cuda")
-    b = torch.randn(8192, 8192, device="cuda")
-    return 2 * 8192**3 / _best_seconds(lambda: torch.mm(a, b))
+def _matmul_flops(dtype: torch.dtype) -> float:
+    a = torch.randn(8192, 8192, device="cuda", dtype=dtype)
+    b = torch.randn(8192, 8192, device="cuda", dtype=dtype)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # true float32, as kfbot's workers run
+    try:
+        return 2 * 8192**3 / _best_seconds(lambda: torch.mm(a, b))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def _best_seconds(fn: Any, repeats: int = 5) -> float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,25 +15,29 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import tolerance_for
-from kfbot.evaluate.device import environment
+from kfbot.evaluate.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.device import environment, health
+from kfbot.evaluate.device.cleanroom import save_outputs
+from kfbot.evaluate.device.cleanroom import specs as clean_specs
+from kfbot.evaluate.device.lenient import Leniency, leniency_of, relaxed
 from kfbot.evaluate.device.loading import Op, load_op, load_reference
+from kfbot.evaluate.device.precision import precision, precision_record
 from kfbot.evaluate.device.probes import (
     Launch,
     is_benign,
     kernel_identifier,
     launches,
-    wall_clock_us,
 )
 from kfbot.evaluate.device.retime import RetimeSettings, measure
-from kfbot.evaluate.device.timing import Check, L2Flusher, TimingSettings, interleaved
+from kfbot.evaluate.device.timed import second_timer, timed_check
+from kfbot.evaluate.device.timing import Swaps, TimingSettings, interleaved
+from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import (
     Context,
     InputSet,
     Record,
     call,
     clone,
-    close_flag,
     compare_outputs,
     record,
     reference_output,
@@ -42,29 +45,16 @@ from kfbot.evaluate.device.verify import (
     tensors,
     verify,
 )
-from kfbot.evaluate.inputs import (
-    COMPARED_SIZE,
-    edge_signatures,
-    large_signature,
-    literal_signatures,
-    make_args,
-    scaled_signatures,
-)
+from kfbot.evaluate.distributions import Phase, SeedSchedule
+from kfbot.evaluate.inputs import make_args, storage_extent
 from kfbot.evaluate.reference import belongs
 from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, Tolerance
+from kfbot.evaluate.tolerances import Tolerance
 from kfbot.evaluate.worker import cuda_error_kind
+from kfbot.evaluate.worker_main import RESTART_KEY
 
 REPEAT_CALLS = 10
-# The second timer may see the candidate's GPU time as at most this much longer than
-# the CUDA events did (host launch and synchronize costs vary a little between ops).
-WALL_TOLERANCE = 0.25
-WALL_SLACK_US = 15.0  # launchers differ by a few allocations or checks on the host
-# Calls per op of the second timer: a short look first; only a disagreement pays for
-# the long one, which must disagree too before it counts.
-WALL_CALLS = (10, 100)
-
-
+TIMED_SETS = 3  # argument sets the timed trials rotate through, per shape
 def probe(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Is there a CUDA GPU, and what is it."""
     if not torch.cuda.is_available():
@@ -80,14 +70,24 @@ def probe(payload: Mapping[str, Any]) -> dict[str, Any]:
     return info
 
 
+def device_health(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the device still works (see `health.stale_context`)."""
+    stale = health.stale_context()
+    return {"stale": stale, RESTART_KEY: True} if stale else {"stale": None}
+
+
 def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
+    stale = health.stale_context()
+    if stale is not None:  # an earlier job's doing: a fresh worker runs this one again
+        return {"stale": stale, RESTART_KEY: True}
+    numerics = health.pin_numerics()
     sys.path[:0] = [p for p in payload.get("sys_path", []) if p not in sys.path]
     phases: dict[str, float] = {}
     with _phase(phases, "load"):
         original = load_op(payload["original"], payload["op"])
         candidate = load_op(payload["candidate"], payload["op"]) \
             if payload.get("candidate") else None
-        references = _references(payload.get("references", []))
+        references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     block = payload.get("block")
     signatures = [CallSignature.from_json(s) for s in payload.get("signatures", [])]
@@ -97,18 +97,15 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         # this one: hand it back once, so the poisoning fills this job's blocks only.
         torch.cuda.empty_cache()
     with _phase(phases, "inputs"):
-        checked = _input_sets(signatures, seeds, payload) + _edge_sets(
-            signatures, seeds[0], block, original
-        )
-        if candidate is not None:
-            checked += _beyond_sets(signatures, seeds[0], payload.get("sizes", []), original,
-                                    references, overrides, str(payload["original"]["artifact"]))
+        checked = _input_sets(signatures, seeds, payload) + _added_sets(
+            payload.get("added", []), seeds[0], int(payload.get("contract_seed") or seeds[0]))
     result: dict[str, Any] = {
         "inputs": [s.label for s in checked],
-        "environment": environment.describe(),
+        "environment": {**environment.describe(), "numerics": numerics},
     }
     ctx = Context(overrides, block, in_place=bool(payload.get("in_place")),
-                  probes=bool(payload.get("probes", True)))
+                  probes=bool(payload.get("probes", True)),
+                  lenient=leniency(payload.get("references", [])))
     result["phases"] = phases
     if payload.get("baseline"):
         with _phase(phases, "verify"):
@@ -117,11 +114,25 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
         with _phase(phases, "verify"):
             result["verify"] = _verify_candidate(candidate, original, references, checked,
                                                  ctx, payload, phases)
+            result["verify"] += health.flag_records(numerics, "after verification")
         # Parts of the verify phase (a name with a colon is inside another phase).
         phases.update({f"verify:{k}": v for k, v in ctx.spent.items()})
+        if ctx.probes and checked and all(r["passed"] for r in result["verify"]):
+            with _phase(phases, "precision"):
+                found = _precision(candidate, original, references, checked[0])
+            if found is not None:
+                result["precision"] = found
+                if found["verdict"] == "strict":
+                    result["verify"].append(precision_record(found))
+        if payload.get("clean_room") and all(r["passed"] for r in result["verify"]):
+            with _phase(phases, "clean-room-save"):
+                result["saved"] = save_outputs(candidate, clean_specs(
+                    signatures, seeds[0], payload.get("added", []),
+                    int(payload.get("contract_seed") or seeds[0])), payload["clean_room"])
         if payload.get("bench") and all(r["passed"] for r in result["verify"]):
             result["bench"], result["probes"] = _bench(
-                original, candidate, signatures, seeds, payload["bench"], ctx, phases)
+                original, candidate, signatures, _root(payload), payload["bench"], ctx, phases)
+            result["probes"] += health.flag_records(numerics, "after timing")
         kernels = payload.get("kernels")
         # Listed whenever the outputs are right, even after a timing check failed: the
         # kernels a cheat launches are evidence of their own, and cheap to take.
@@ -130,7 +141,35 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
             with _phase(phases, "kernels"):
                 result["verify"] += _launch_records(original, candidate, checked[0], kernels,
                                                     str(payload["original"]["artifact"]))
+    return _settled(result)
+
+
+def _settled(result: dict[str, Any]) -> dict[str, Any]:
+    """The device waited for (a fault in work left running is this job's); a fresh
+    worker after the job when any call met a CUDA error."""
+    health.settle()
+    records = [*result.get("verify", []), *result.get("baseline", []), *result.get("probes", [])]
+    if health.saw_cuda_error(records):
+        result[RESTART_KEY] = True
     return result
+
+
+def _root(payload: Mapping[str, Any]) -> int:
+    """The run's private seed root (a job without one draws from its first seed)."""
+    return int(payload.get("schedule") or payload["seeds"][0])
+
+
+def _phase_args(sig: CallSignature, root: int, phase: Phase, first: int, count: int
+                ) -> list[tuple[list[Any], dict[str, Any]]]:
+    schedule = SeedSchedule(root)
+    return [make_args(sig, schedule.seed(phase, first + i), "cuda") for i in range(count)]
+
+
+def _precision(candidate: Op, original: Op, references: Callable[[InputSet], Op | None],
+               inputs: InputSet) -> dict[str, Any] | None:
+    """The precision verdict on the first input set (see `precision`), if measurable."""
+    ref = references(inputs)
+    return precision(candidate, original, ref, inputs) if ref is not None else None
 
 
 def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -139,7 +178,7 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     sys.path[:0] = [p for p in payload.get("sys_path", []) if p not in sys.path]
     original = load_op(payload["original"], payload["op"])
     candidate = load_op(payload["candidate"], payload["op"])
-    references = _references(payload.get("references", []))
+    references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     settings = RetimeSettings(**payload.get("retime", {}))
     shapes = []
@@ -148,7 +187,7 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
         arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
         inputs = InputSet(entry["label"], *arg_sets[0])
         try:
-            wrong = _wrong(candidate, original, references(inputs), inputs, overrides)
+            wrong = wrong_output(candidate, original, references(inputs), inputs, overrides)
         except (RuntimeError, ValueError, TypeError) as exc:
             if cuda_error_kind(str(exc)) is not None:
                 raise
@@ -162,8 +201,14 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"shapes": shapes, "environment": environment.describe()}
 
 
-def _wrong(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
-           overrides: Mapping[str, Tolerance]) -> str | None:
+def leniency(specs: Sequence[Mapping[str, Any]]) -> Leniency | None:
+    """What the repository's test's own comparison accepts (its first reference's)."""
+    return leniency_of(next((str(s.get("comparison") or "") for s in specs), ""))
+
+
+def wrong_output(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
+                 overrides: Mapping[str, Tolerance],
+                 lenient: Leniency | None = None) -> str | None:
     """Why the candidate's output is not within tolerance of the reference (in float64,
     else in the inputs' precision), or of the original without a reference; None if it is."""
     got = call(candidate, inputs)
@@ -174,6 +219,8 @@ def _wrong(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
         expected = [wide, call(reference, inputs)] if upcast else [wide]
     problem = "no output to compare"
     for want in expected:
+        if reference is not None:
+            want, _ = relaxed(tensors(got), want, lenient)
         try:
             comps = compare_outputs(got, want, overrides, None)
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -216,13 +263,14 @@ def _verify_candidate(
 def _fresh_inputs(like: InputSet, payload: Mapping[str, Any]) -> Callable[[int], InputSet]:
     """Inputs shaped like `like` from new seeds: the same shapes, other values."""
     signatures = [CallSignature.from_json(s) for s in payload.get("signatures", [])]
-    base = int(payload["seeds"][0]) ^ 0x5EED
+    schedule = SeedSchedule(_root(payload))
 
     def make(k: int) -> InputSet:
+        seed = schedule.seed("repeat", k)
         if signatures:
-            return InputSet(f"seed +{k}", *make_args(signatures[0], base + k, "cuda"),
+            return InputSet(f"seed +{k}", *make_args(signatures[0], seed, "cuda"),
                             tests=signatures[0].tests, via=signatures[0].via)
-        args = [_reseeded(a, base + k) for a in like.args]
+        args = [_reseeded(a, seed) for a in like.args]
         return InputSet(f"seed +{k}", args, dict(like.kwargs), tests=like.tests, via=like.via)
 
     return make
@@ -280,7 +328,7 @@ def _copies(inputs: InputSet) -> tuple[list[Any], dict[str, Any]]:
     return clone(inputs.args), clone(inputs.kwargs)
 
 
-def _references(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
+def references_for(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
     loaded = [(spec, load_reference(spec)) for spec in specs]
 
     def for_inputs(inputs: InputSet) -> Op | None:
@@ -311,7 +359,7 @@ def _input_sets(
     signatures: Sequence[CallSignature], seeds: Sequence[int], payload: Mapping[str, Any]
 ) -> list[InputSet]:
     sets = [
-        InputSet(f"{_shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"),
+        InputSet(f"{shape_label(sig)} seed#{i}", *make_args(sig, seed, "cuda"),
                  group=f"sig{n}", tests=sig.tests, via=sig.via)
         for n, sig in enumerate(signatures)
         for i, seed in enumerate(seeds)
@@ -336,100 +384,50 @@ def _declared_sets(ref: str, declared: Mapping[str, Any], seeds: Sequence[int]) 
     return sets
 
 
-def _edge_sets(
-    signatures: Sequence[CallSignature], seed: int, block: int | None, original: Op
-) -> list[InputSet]:
-    """Edge shapes the original accepts (size 1, odd, not a multiple of the block)."""
+def _added_sets(added: Sequence[Mapping[str, Any]], seed: int, contract_seed: int
+                ) -> list[InputSet]:
+    """The inputs kfbot adds that the original held to (`evaluate.contract`): edge
+    shapes, scaled and large shapes, the sizes a candidate compares with, redrawn
+    values. Recorded values are drawn afresh (`seed`); redrawn ones exactly as the
+    original was tried on them (`contract_seed`): a heavy tail's extremes differ from
+    draw to draw, and the original held to these."""
     sets = []
-    for sig in signatures[:2]:
-        for edge in edge_signatures(sig, block):
-            inputs = InputSet(f"edge {_shape_label(edge)}", *make_args(edge, seed, "cuda"),
-                              tests=sig.tests, via=sig.via)
-            try:
-                call(original, inputs)
-            except (RuntimeError, ValueError, TypeError) as exc:
-                if cuda_error_kind(str(exc)) is not None:
-                    raise
-                continue  # the op does not accept this shape
-            sets.append(inputs)
+    for data in added:
+        trial = Trial.from_json(data)
+        drawn_with = seed if trial.values == RECORDED else contract_seed
+        args, kwargs = values_for(trial, drawn_with, "cuda")
+        sig = trial.signature
+        sets.append(InputSet(trial.label, args, kwargs, tests=sig.tests, via=sig.via))
     return sets
-
-
-# Whether the original is right on an input set beyond the captured shapes, by (its
-# build artifact, the set's label): asked once per worker, whatever the candidate.
-_ORIGINAL_HOLDS: dict[tuple[str, str], bool] = {}
-
-
-def _beyond_sets(signatures: Sequence[CallSignature], seed: int, sizes: Sequence[int],
-                 original: Op, references: Callable[[InputSet], Op | None],
-                 overrides: Mapping[str, Tolerance], origin: str) -> list[InputSet]:
-    """Shapes the tests never used, where a candidate that special-cases the tested ones
-    goes wrong: each captured shape scaled up, one large shape, and the sizes the
-    candidate compares with literals. Only those on which the original itself is right
-    are kept: there the candidate must be too."""
-    wanted: list[tuple[str, CallSignature]] = []
-    for sig in signatures:
-        wanted += [(f"x{f}", v) for f, v in scaled_signatures(sig)]
-    large = large_signature(signatures[0]) if signatures else None
-    wanted += [("large", large)] if large is not None else []
-    for sig in signatures[:2]:
-        wanted += [(COMPARED_SIZE, v) for v in literal_signatures(sig, tuple(sizes))]
-    out: list[InputSet] = []
-    for what, sig in wanted:
-        label = f"{what} {_shape_label(sig)}"
-        key = (origin, label)
-        if _ORIGINAL_HOLDS.get(key) is False or any(i.label == label for i in out):
-            continue  # known not to hold: its inputs are not even made
-        inputs = InputSet(label, *make_args(sig, seed, "cuda"))
-        if key not in _ORIGINAL_HOLDS:
-            _ORIGINAL_HOLDS[key] = _holds(original, references(inputs), inputs, overrides)
-        if _ORIGINAL_HOLDS[key]:
-            out.append(inputs)
-    return out
-
-
-def _holds(original: Op, reference: Op | None, inputs: InputSet,
-           overrides: Mapping[str, Tolerance]) -> bool:
-    """Whether the original accepts these inputs and is within half the tolerance of the
-    reference on them (without a reference: whether it accepts them). Half: on a large
-    shape a long float32 sum's error grows, and an honest candidate that sums in another
-    order must not fail where the original only just passed."""
-    half = {name: Tolerance(t.atol / 2, t.rtol / 2)
-            for name, t in ((n, tolerance_for(n, overrides)) for n in DEFAULT_TOLERANCES)}
-    try:
-        return _wrong(original, original, reference, inputs, half) is None
-    except (RuntimeError, ValueError, TypeError) as exc:
-        if cuda_error_kind(str(exc)) is not None:
-            raise
-        return False  # the op, or its reference, does not take this shape
-
-
-def _shape_label(sig: CallSignature) -> str:
-    shapes = [str(tuple(a.shape)) for a in sig.args if hasattr(a, "shape")]
-    dtypes = sorted({a.dtype for a in sig.args if hasattr(a, "dtype")})
-    return f"{' x '.join(shapes) or 'scalars'} {'/'.join(dtypes)}".strip()
 
 
 def _bench(
     original: Op,
     candidate: Op,
     signatures: Sequence[CallSignature],
-    seeds: Sequence[int],
+    root: int,
     settings: Mapping[str, Any],
     ctx: Context,
     phases: dict[str, float],
 ) -> tuple[list[dict[str, Any]], list[Record]]:
     """Interleaved timings per shape, with the timed outputs re-checked and the CUDA
-    events of the first shape confirmed by the host's wall clock."""
+    events of the first shape confirmed by the host's wall clock. The warm-up and the
+    timed trials get inputs of their own phases of the seed schedule (none is an input
+    the verification used), and with the probes on, the timed inputs change between
+    trials (`Swaps`)."""
     timing = TimingSettings(**settings.get("timing", {}))
     out, probes = [], []
     for n, sig in enumerate(signatures[: int(settings.get("max_shapes", 8))]):
-        arg_sets = [make_args(sig, seed, "cuda") for seed in seeds]
+        arg_sets = _phase_args(sig, root, "timed", TIMED_SETS * n, TIMED_SETS)
+        warmup = _phase_args(sig, root, "warmup", n, 1)
+        swaps = Swaps(arg_sets, SeedSchedule(root).seed("timed", -1 - n)) if ctx.probes \
+            else None
         with _phase(phases, "bench"):
             timed = interleaved({"original": original, "candidate": candidate}, arg_sets,
-                                timing, seed=seeds[0],
-                                check=_timed_check(ctx) if ctx.probes else None)
-        label = _shape_label(sig)
+                                timing, seed=root, warmup_sets=warmup, before_trial=swaps,
+                                check=timed_check(ctx, swaps.dirty if swaps else None)
+                                if ctx.probes else None)
+        label = shape_label(sig)
         out.append({
             "input": label,
             "signature": sig.to_json(),
@@ -444,94 +442,8 @@ def _bench(
                                        f"({timed.mismatch})"))
         if n == 0 and ctx.probes:
             with _phase(phases, "second-timer"):
-                probes += _second_timer(original, candidate, arg_sets[0], out[-1], label)
+                probes += second_timer(original, candidate, arg_sets[0], out[-1], label)
     return out, probes
-
-
-def _timed_check(ctx: Context) -> Check:
-    """Each timed trial's candidate output against the original's from the same trial:
-    queued on the GPU and read after the last trial (see `interleaved`). The first
-    trial of each argument set is checked in full and says whether the original's
-    outputs there are all finite; a later trial whose outputs are bit for bit the
-    candidate's outputs of that first trial is as right as they are (one pass over the
-    output), any other takes the four-pass check against the original's. A candidate
-    whose outputs vary from call to call (atomics) stops paying for the comparison
-    after its first miss."""
-    finite: dict[int, bool] = {}
-    # Copies, in memory the candidate never saw, so nothing it does can change them.
-    first: dict[int, list[Any]] = {}
-
-    def check(outputs: Mapping[str, Any], which: int) -> str | torch.Tensor | None:
-        got = tensors(outputs["candidate"])
-        if which in first:
-            if _bitwise_same(got, first[which]):
-                return None  # a failure of the first trial is still read from its flag
-            del first[which]
-        flag = close_flag(outputs["candidate"], outputs["original"], ctx.overrides,
-                          finite=finite.get(which, False))
-        if flag is not False:
-            if which not in finite:
-                finite[which] = _all_finite(tensors(outputs["original"]))
-                first[which] = [clone(t) for t in got]
-            return flag if isinstance(flag, torch.Tensor) else None
-        comps = compare_outputs(outputs["candidate"], outputs["original"], ctx.overrides,
-                                ctx.block)
-        bad = next((c for c in comps if not c.passed), None)
-        return None if bad is None else bad.description or "mismatch"
-
-    return check
-
-
-def _bitwise_same(got: Sequence[Any], held: Sequence[Any]) -> bool:
-    """Whether every output holds the same bits as the held one (a NaN is never equal,
-    so an output holding one takes the tolerance check)."""
-    return len(got) == len(held) and all(
-        isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-        and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
-        and torch.equal(a, b)
-        for a, b in zip(got, held, strict=True))
-
-
-def _all_finite(outputs: Sequence[torch.Tensor]) -> bool:
-    """One synchronize per argument set: no NaN or Inf in any floating output."""
-    return all(bool(t.isfinite().all()) for t in outputs if t.is_floating_point())
-
-
-def _second_timer(original: Op, candidate: Op, args: tuple[list[Any], dict[str, Any]],
-                  entry: dict[str, Any], label: str) -> list[Record]:
-    """Host wall clock around a device-wide synchronize must agree with the events.
-
-    The host overhead of a call (launch, synchronize) is the original's wall time minus
-    its event time, but never below the wall time of a one-element fill: for an original
-    of milliseconds, its minimum wall time can fall tens of µs below its median event
-    time (measured on H200: 2548 µs wall against 2610 µs events), and such a negative
-    overhead once charged honest 20 µs candidates with 100 µs of unseen work. The
-    candidate's wall time minus the overhead is the GPU time the host saw, which may
-    exceed its event time by WALL_TOLERANCE + WALL_SLACK_US. A disagreement is measured
-    again, longer, before it counts.
-    """
-    flusher = L2Flusher()
-    event_o = statistics.median(entry["original_us"])
-    event_c = statistics.median(entry["candidate_us"])
-    scratch = torch.empty(1, device="cuda")
-
-    def fill(*_args: Any, **_kwargs: Any) -> None:
-        scratch.zero_()
-
-    for calls in WALL_CALLS:
-        wall_o, wall_c, wall_fill = wall_clock_us([original, candidate, fill], *args,
-                                                  flush=flusher.flush, calls=calls)
-        overhead = max(wall_o - event_o, wall_fill)
-        seen = wall_c - overhead
-        entry.update(wall_original_us=wall_o, wall_candidate_us=wall_c,
-                     wall_overhead_us=overhead)
-        if seen <= event_c * (1 + WALL_TOLERANCE) + WALL_SLACK_US:
-            return []
-    return [record(InputSet(label, [], {}), "original", False, "timer-disagreement",
-                   error=f"the host wall clock saw {seen:.1f} µs of GPU work per call where the "
-                         f"CUDA events saw {event_c:.1f} µs (original: wall {wall_o:.1f} µs, "
-                         f"events {event_o:.1f} µs; host overhead taken as {overhead:.1f} µs): "
-                         "work the events do not cover")]
 
 
 def _flops(expression: str | None, args: tuple[list[Any], dict[str, Any]]) -> float | None:
@@ -543,7 +455,14 @@ def _flops(expression: str | None, args: tuple[list[Any], dict[str, Any]]) -> fl
 
 
 def _bytes(fn: Op, args: tuple[list[Any], dict[str, Any]]) -> int:
-    """Bytes read and written by one call: inputs plus outputs (a simple estimate)."""
+    """Bytes one call must read and write at least: every element its inputs and outputs
+    span, once (an expanded input's repeats are one element)."""
     ins = [a for a in [*args[0], *args[1].values()] if isinstance(a, torch.Tensor)]
     outs = [t for t in tensors(fn(*args[0], **args[1])) if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in [*ins, *outs])
+    return sum(_span(t) * t.element_size() for t in [*ins, *outs])
+
+
+def _span(t: torch.Tensor) -> int:
+    if any(s < 0 for s in t.stride()):
+        return t.numel()
+    return min(t.numel(), storage_extent(tuple(t.shape), tuple(t.stride())))

@@ -16,7 +16,7 @@ Op = Callable[..., Any]
 def load_op(artifact: Mapping[str, Any], op: Mapping[str, str]) -> Op:
     """The callable for `op` in one built artifact (original or candidate)."""
     path = str(artifact["artifact"])
-    module = _load_module(path, str(artifact["module_name"]))
+    module = _load_module(path, str(artifact["module_name"]), str(artifact.get("init") or ""))
     if op["kind"] == "torch_op":
         namespaces: Mapping[str, str] = artifact.get("namespaces", {})
         renamed = namespaces.get(op["module"], op["module"])
@@ -28,15 +28,17 @@ def load_op(artifact: Mapping[str, Any], op: Mapping[str, str]) -> Op:
     return getattr(module, op["name"])  # type: ignore[no-any-return]
 
 
-def _load_module(path: str, name: str) -> Any:
-    """Import a built extension by path under its own (tagged) name.
+def _load_module(path: str, name: str, init: str = "") -> Any:
+    """Import a built extension by path under its own (tagged) name; `init`, when
+    given, is the `PyInit_<init>` it exports (a library the repository's own build made
+    keeps its real module name: the original and a candidate export the same).
 
     An artifact without a pybind11 module (a TORCH_LIBRARY-only build) is loaded as a
     plain shared library so its registrations run.
     """
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(init or name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     try:

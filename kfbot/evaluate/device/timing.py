@@ -133,6 +133,8 @@ def interleaved(
     settings: TimingSettings,
     seed: int,
     check: Check | None = None,
+    warmup_sets: Sequence[tuple[list[Any], dict[str, Any]]] | None = None,
+    before_trial: Callable[[int, int], None] | None = None,
 ) -> Timed:
     """Samples (µs) per named function; stops on precision, trial count or time.
 
@@ -140,16 +142,21 @@ def interleaved(
     differently when timed than when verified is caught on its timed outputs (a cheat
     may skip work on only some trials, so none is left out). The
     outputs of a trial are all alive until it is checked, so no op in the trial can be
-    handed another's result as recycled memory.
+    handed another's result as recycled memory. `warmup_sets` are the warm-up's own
+    inputs (default: `arg_sets`), so nothing learnt while warming up answers a timed
+    call; `before_trial(trial, which)` may change the inputs of the trial's argument
+    set in place before the trial (see `Swaps`).
     """
     rng = random.Random(seed)
     flusher = L2Flusher()
-    _warm_up(fns, arg_sets, settings)
+    _warm_up(fns, warmup_sets or arg_sets, settings)
     timed = Timed({name: [] for name in fns})
     spread = {name: Running() for name in fns}
     started = time.monotonic()
     for trial in range(settings.max_trials):
         which = trial % len(arg_sets)
+        if before_trial is not None:
+            before_trial(trial, which)
         args, kwargs = arg_sets[which]
         order = list(fns)
         rng.shuffle(order)
@@ -183,3 +190,58 @@ def _done(
         return False
     precise = all(r.rse() < settings.target_rse for r in spread.values())
     return precise or spent > settings.max_seconds
+
+
+class Swaps:
+    """Changes the timed inputs between trials: before about one trial in `every`, a few
+    random pairs of elements of each contiguous floating input trade places. The values
+    (and so their distribution and range) stay the inputs' own, the original and the
+    candidate see the same change in the same trial, and an op that answers a repeated
+    input from memory (computed once, or during the warm-up, and replayed by pointer or
+    by a fingerprint of a few elements) returns an output that no longer fits its input.
+    `dirty` collects the argument sets changed since the check last looked at them."""
+
+    def __init__(self, arg_sets: Sequence[tuple[list[Any], dict[str, Any]]], seed: int,
+                 every: int = 4, pairs: int = 8) -> None:
+        self.arg_sets = arg_sets
+        self.rng = random.Random(seed)
+        self.every = every
+        self.pairs = pairs
+        self.dirty: set[int] = set()
+        self.swapped = 0
+        self._gen: dict[str, torch.Generator] = {}
+
+    def __call__(self, trial: int, which: int) -> None:
+        if trial < len(self.arg_sets) or self.rng.randrange(self.every):
+            return  # each set's first trial is checked on the inputs it was made with
+        args, kwargs = self.arg_sets[which]
+        changed = False
+        for t in _floating([*args, *kwargs.values()]):
+            changed |= self._swap(t)
+        if changed:
+            self.dirty.add(which)
+            self.swapped += 1
+
+    def _swap(self, t: torch.Tensor) -> bool:
+        if t.numel() < 2 or not t.is_contiguous() or t.requires_grad:
+            return False
+        key = str(t.device)
+        if key not in self._gen:
+            self._gen[key] = torch.Generator(device=t.device).manual_seed(self.rng.getrandbits(48))
+        flat = t.view(-1)
+        idx = torch.randint(0, flat.numel(), (2, self.pairs), generator=self._gen[key],
+                            device=t.device)
+        a, b = flat[idx[0]].clone(), flat[idx[1]].clone()
+        flat[idx[0]] = b
+        flat[idx[1]] = a
+        return True
+
+
+def _floating(values: Sequence[Any]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out += _floating(list(v))
+    return out
