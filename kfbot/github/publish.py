@@ -207,7 +207,7 @@ def winner_of(task: KernelTask, outcome: OptimizeOutcome, islands: int,
                               (outcome.held_out_note, outcome.variant_note))
     return Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
                   cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
-                  islands, reproduction, "\n".join(holds))
+                  islands, reproduction, per_shape="\n".join(holds))
 
 
 def commit_message(winner: Winner) -> str:
@@ -222,7 +222,7 @@ def _report(winner: Winner, commit: Commit, branch: str, base: str,
     return PrReport(winner.kernel_id, winner.kernel_name, winner.evaluation,
                     tuple(sorted(winner.files)), winner.rationale, winner.adequacy,
                     winner.history, winner.islands, commit.lessons_added, base, branch,
-                    previous, run_url(env), winner.reproduction, winner.per_shape)
+                    previous, run_url(env), winner.reproduction, per_shape=winner.per_shape)
 
 
 def _marker(winner: Winner, sha: str) -> str:
