@@ -131,9 +131,11 @@ def test_tokens_and_cost_per_improvement_with_errors_and_rate_limits(
                            output_tokens=40))
     fake.default = Reply.text(ANSWER, input_tokens=1000, output_tokens=200,
                               cache_read_input_tokens=3000)
-    report = _run(task, fake, tmp_path, 16)
+    report = _run(task, fake, tmp_path, 32)
     spend = report["llm"]
     assert spend["errors"] == {"OverloadedError": 1, "RateLimitError": 1}
+    # After each error the LLM sits out turns (2, then 4) rather than being asked again
+    # for every parent the islands try.
     assert spend["calls"] == len(fake.requests) and spend["answered"] == spend["calls"] - 2
     assert spend["unusable"] >= 1  # the prose answer, and repeats of an applied edit
     good = spend["answered"] - 1
@@ -157,3 +159,25 @@ def test_no_improvement_says_what_was_spent_for_nothing(
     assert spend["improvements"] == 0 and spend["tokens_per_improvement"] is None
     assert spend["errors"] == {"RateLimitError": spend["calls"]}
     assert "for no improvement" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_after_api_errors_the_llm_sits_out_turns(task: KernelTask,
+                                                  fake: FakeAnthropic) -> None:
+    from kfbot.evaluate.candidate import ORIGINAL
+    from kfbot.search.mutators import Mutators
+
+    fake.default = Reply.error(429, "rate limited", retry_after="0")
+    settings = LlmSettings(base_url=fake.base_url, max_retries=0, timeout_s=5.0)
+    llm = LlmMutator(settings, Budget(Limits(None, None, None, None)), api_key="k")
+    mut = Mutators(task, (), (), llm)
+    files = mut.base_files()
+    asked = []
+    for _ in range(8):
+        mut._one("llm", 0, ORIGINAL, files, random.Random(0))
+        asked.append(len(fake.requests))
+    # Called, 2 turns out, called, 4 turns out.
+    assert asked == [1, 1, 1, 2, 2, 2, 2, 2]
+    fake.default = Reply.text(ANSWER)
+    for _ in range(8):
+        mut._one("llm", 0, ORIGINAL, files, random.Random(0))
+    assert len(fake.requests) == 2 + 8  # the pause is over: every turn asks, and is answered

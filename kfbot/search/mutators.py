@@ -44,6 +44,10 @@ from kfbot.text import read_source
 ORDERS = (("params", "rules", "flags", "llm"), ("rules", "llm", "flags", "params"),
           ("llm", "params", "flags", "rules"))
 RECENT_FAILURES = 6
+# Turns the LLM skips after API errors in a row: 2, 4, 8... at most this many. An
+# island whose parent has nothing new asks other parents in the same generation, so a
+# rate-limited API would otherwise be called once for each of them.
+MAX_LLM_PAUSE = 16
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Mutators:
     _points: set[tuple[str, ...]] = field(default_factory=set)
     _given: set[str] = field(default_factory=set)  # hashes of every candidate proposed
     _tried: set[str] = field(default_factory=set)  # rationales of every candidate proposed
+    _llm_errors: int = 0  # API errors in a row (after the client's own retries)
+    _llm_pause: int = 0  # LLM turns still to skip after them
     _examples: tuple[str, ...] | None = None
 
     def base_files(self) -> dict[str, str]:
@@ -122,7 +128,13 @@ class Mutators:
             return sorted(found, key=lambda c: c.rationale in self._tried)
         if self.llm is None:
             return []
+        if self._llm_pause > 0:  # after API errors: the other mutators take the turns
+            self._llm_pause -= 1
+            return []
         proposal = self.llm.propose(self._context(island, parent, files), parent)
+        failed_call = (proposal.rejected or "").startswith("llm error:")
+        self._llm_errors = self._llm_errors + 1 if failed_call else 0
+        self._llm_pause = min(2 ** self._llm_errors, MAX_LLM_PAUSE) if failed_call else 0
         if proposal.candidate is None:
             self.note_failure(island, proposal.rejected or "the edit did not apply")
             return []
