@@ -20,7 +20,8 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["setup_py", "load", "load_inline", "kernel_builder"]
+_BUILDS = {"kernel_builder": "a kernel-builder build.toml",
+           "repository": "the repository's own build (CMake, a script)"}
 # Flags that change how fast the code runs, never what it means (no -D, -I, -include, -U).
 SPEED_FLAGS = ("-O0", "-O1", "-O2", "-O3", "--ptxas-options=-O", "--extra-device-vectorization",
                "-maxrregcount=", "--use_fast_math")
@@ -43,7 +44,8 @@ class FlagList:
 def flag_list(path: str, text: str, kind: str, line: int) -> FlagList | str:
     """The call's nvcc flag list, or why kfbot cannot rewrite it."""
     if kind not in ("setup_py", "load", "load_inline"):
-        return f"the build is {kind}: kfbot edits flags in setup.py and load() calls only"
+        return (f"the build is {_BUILDS.get(kind, kind)}: kfbot edits the nvcc flags of "
+                "setup.py's extensions and of load() calls only")
     try:
         tree = ast.parse(text)
     except SyntaxError as e:

@@ -109,3 +109,31 @@ def dispatch_where_slower(engine: Evaluates, committed: tuple[Evaluation, Candid
         tried.append(f"`{cand.rationale}`: still slower at held-out shapes" if again.ok
                      else f"`{cand.rationale}`: {again.stage}: {again.reason}")
     return "no size dispatch was faster or even everywhere: " + "; ".join(tried)
+
+
+def where_it_holds(engine: object, committed: tuple[Evaluation, Candidate] | None
+                   ) -> tuple[tuple[Evaluation, Candidate] | None, Evaluation | None, str,
+                              str | None]:
+    """(what stays committed, its held-out evaluation, why none was made, why it is no
+    longer committed): a candidate significantly slower than the original at a held-out
+    shape is not committed without a size dispatch that keeps the original there."""
+    if committed is None:
+        return None, None, "", None
+    if not isinstance(engine, Engine):
+        return committed, None, "held-out shapes are timed only on the local GPU", None
+    held = time_held_out(engine, committed[1])
+    if held is None:
+        return committed, None, "no captured shape has a size to scale", None
+    if not held.ok:  # the original may fail there too: said, not held against it
+        return committed, held, (f"held-out shapes not compared: {held.stage}: "
+                                 f"{held.reason}"), None
+    slower = held_out_slower(rows_of([], held.timings))
+    if slower:
+        dispatched = dispatch_where_slower(engine, committed, held)
+        if not isinstance(dispatched, str):
+            return (*dispatched, DISPATCHED, None)
+        shapes = "; ".join(f"{r.shape}: {r.original_us:.2f} µs -> {r.candidate_us:.2f} µs"
+                           for r in slower)
+        return None, held, "", (f"`{committed[1].short}` is significantly slower than the "
+                                f"original at held-out shapes ({shapes}), and {dispatched}")
+    return committed, held, "", None

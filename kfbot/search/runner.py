@@ -51,7 +51,7 @@ from kfbot.search.experience import (
 )
 from kfbot.search.features import cell_of
 from kfbot.search.flags import flag_plan, task_flags
-from kfbot.search.heldout import DISPATCHED, dispatch_where_slower, time_held_out
+from kfbot.search.heldout import where_it_holds
 from kfbot.search.islands import (
     Evaluate,
     IslandSearch,
@@ -64,7 +64,6 @@ from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, space_size
-from kfbot.search.pershape import held_out_slower, rows_of
 from kfbot.search.pershape import section as per_shape_section
 from kfbot.search.provenance import lesson_doubt, lesson_line
 from kfbot.search.reach import Reach, reaching_knobs
@@ -79,7 +78,7 @@ from kfbot.search.report import (
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
-from kfbot.search.sections import dropped_markdown, llm_markdown, llm_spend
+from kfbot.search.sections import dropped_markdown, learned_from, llm_markdown
 from kfbot.search.stopping import RunStopped, shielded
 from kfbot.search.target import target_code
 from kfbot.search.variants import variants_where_timed
@@ -267,7 +266,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     except RunStopped as stop:  # write what is verified so far; the command says it stopped
         outcome = stopped_outcome(search.result(stop.reason), evaluations,
                                   mut.candidates, budget, stop, confirmed)
-        learned(outcome, mut)
+        outcome.dropped_rewrites, outcome.llm = learned_from(mut)
         with shielded():
             outcome.files = write_outputs(task, outcome, run_dir, settings)
         return outcome
@@ -284,30 +283,14 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                                                                 mut.candidates, committed),
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
-    learned(outcome, mut)
-    if budget.seconds_left() is None or (budget.seconds_left() or 0.0) > budget.pace.again_s():
-        beside_variants(engine, task, outcome)
+    outcome.dropped_rewrites, outcome.llm = learned_from(mut)
+    if committed is not None and (budget.seconds_left() is None
+                                  or (budget.seconds_left() or 0.0) > budget.pace.again_s()):
+        outcome.variants, outcome.variant_note = variants_where_timed(
+            engine, task, [*committed[0].timings, *(held.timings if held and held.ok else ())])
     with shielded():
         outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
-
-
-def learned(outcome: OptimizeOutcome, mut: Mutators) -> None:
-    """What the mutators learned besides the winner, for the report: the rewrites dropped
-    and the LLM's spend per improvement."""
-    outcome.dropped_rewrites = dict(mut.dropped)
-    outcome.llm = llm_spend(mut.llm.stats if mut.llm is not None else None,
-                            mut.llm_improvements)
-
-
-def beside_variants(engine: GpuFacts, task: KernelTask, outcome: OptimizeOutcome) -> None:
-    """The repository's own variants of the op, timed at the committed candidate's
-    captured and held-out shapes."""
-    if outcome.committed is None:
-        return
-    held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
-    outcome.variants, outcome.variant_note = variants_where_timed(
-        engine, task, [*outcome.committed[0].timings, *held])
 
 
 def near_light(evaluations: Mapping[str, Evaluation], threshold: float | None
@@ -353,34 +336,6 @@ def stopped_outcome(result: SearchResult, evaluations: Mapping[str, Evaluation],
     return OptimizeOutcome(result, found[0] if found else None, found[1] if found else None,
                            budget.spent(), unconfirmed=(best[1], best[0]) if best else None,
                            interrupted=stop.reason, exit_code=stop.exit_code)
-
-
-def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
-                   ) -> tuple[tuple[Evaluation, Candidate] | None, Evaluation | None, str,
-                              str | None]:
-    """(what stays committed, its held-out evaluation, why none was made, why it is no
-    longer committed): a candidate significantly slower than the original at a held-out
-    shape is not committed without a size dispatch that keeps the original there."""
-    if committed is None:
-        return None, None, "", None
-    if not isinstance(engine, Engine):
-        return committed, None, "held-out shapes are timed only on the local GPU", None
-    held = time_held_out(engine, committed[1])
-    if held is None:
-        return committed, None, "no captured shape has a size to scale", None
-    if not held.ok:  # the original may fail there too: said, not held against it
-        return committed, held, (f"held-out shapes not compared: {held.stage}: "
-                                 f"{held.reason}"), None
-    slower = held_out_slower(rows_of([], held.timings))
-    if slower:
-        dispatched = dispatch_where_slower(engine, committed, held)
-        if not isinstance(dispatched, str):
-            return (*dispatched, DISPATCHED, None)
-        shapes = "; ".join(f"{r.shape}: {r.original_us:.2f} µs -> {r.candidate_us:.2f} µs"
-                           for r in slower)
-        return None, held, "", (f"`{committed[1].short}` is significantly slower than the "
-                                f"original at held-out shapes ({shapes}), and {dispatched}")
-    return committed, held, "", None
 
 
 def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:

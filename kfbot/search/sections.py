@@ -13,6 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from kfbot.search.llm import LlmStats
+from kfbot.search.mutators import Mutators
+
+
+def learned_from(mut: Mutators) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """What the mutators learned besides the winner: the rewrites dropped (with their
+    compiler messages) and the LLM's spend per improvement."""
+    return dict(mut.dropped), llm_spend(mut.llm.stats if mut.llm is not None else None,
+                                        mut.llm_improvements)
 
 
 def llm_spend(stats: LlmStats | None, improvements: int) -> dict[str, Any] | None:
