@@ -49,7 +49,7 @@ def test_the_shipped_library() -> None:
         "vectorize-float4": "elementwise", "matmul-register-tiling": "matmul",
         "matmul-register-tiling-large": "matmul", "warp-per-row": "row-reduction",
         "block-per-row": "row-reduction", "tiled-transpose": "transpose",
-        "row-map-per-block": "elementwise"}
+        "row-map-per-block": "elementwise", "row-split-by-length": "row-reduction"}
 
 
 @pytest.mark.parametrize("expert", LIBRARY.experts, ids=lambda e: e.id)
@@ -141,7 +141,7 @@ def test_recognised_with_confidence_or_by_signs() -> None:
     softmax = (ROOT / "fixtures/naive_rows/csrc/softmax.cu").read_text()
     [row] = recognise(softmax, Target("softmax_kernel"), LIBRARY)
     assert row.kernel_class == "row-reduction" and row.confident
-    assert row.evidence == "warp-per-row, block-per-row apply"
+    assert row.evidence == "warp-per-row, block-per-row, row-split-by-length apply"
     # launched from another file: no rewrite can apply, the signs still tell the class
     [likely] = recognise(softmax, Target("softmax_kernel", launched_elsewhere=True), LIBRARY)
     assert likely.kernel_class == "row-reduction" and not likely.confident

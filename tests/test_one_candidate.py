@@ -92,11 +92,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[KernelTask, OptimizeO
     records = {flags.hash: _measured(flags, 1.24), restrict.hash: _measured(restrict, 1.10),
                bounds.hash: failed(bounds.hash, "correctness", "tail block differs")}
     run_dir = root / ".kfbot" / "runs" / "replayed"
-    # One generation holds every rule's proposal, so the three recorded ones are tried
-    # whatever order the library proposes them in.
-    outcome = optimize(task, _Gpu(), OptimizeSettings(islands=1, seed=3,
-                                                      evaluations=len(rules),
-                                                      batch=len(rules)),
+    # Room for every mutator's first proposals (rules, params, compiler settings), so the
+    # three recorded ones are tried whatever order the mutators take turns in.
+    outcome = optimize(task, _Gpu(), OptimizeSettings(islands=1, seed=3, evaluations=16,
+                                                      batch=16),
                        run_dir, executor=ReplayExecutor(records))
     return task, outcome, run_dir, {"flags": flags, "restrict": restrict}
 

@@ -151,6 +151,23 @@ def test_markers_round_trip_and_match_on_their_fields() -> None:
     assert find_marker("<!-- kfbot:pr kernel=k -->", "status") is None
 
 
+def test_the_per_shape_picture_sits_after_the_benchmark() -> None:
+    from kfbot.search.pershape import section
+
+    ev = _evaluation()
+    held = (_timing("(16384, 1024) float32", 0.7, 5),)
+    holds = "\n".join(section(ev.timings, held, {"(16384, 1024) float32": 40.0},
+                              ("the repository's variants timed: `ext.softmax_v2`",)))
+    body = render(_report(evaluation=ev, per_shape=holds), pr_marker(KERNEL, sha="a" * 40))
+    assert body.index("## Benchmark") < body.index("## Where it holds") \
+        < body.index("## Verification")
+    assert "| `(16384, 1024) float32` | held-out |" in body
+    assert "- slower than the original at `(16384, 1024) float32` (held-out)" in body
+    assert "- slower than the repository's own fastest variant at `(16384, 1024) float32`" \
+        in body
+    assert "## Where it holds" not in render(_report(), pr_marker(KERNEL, sha="a" * 40))
+
+
 def test_findings_about_the_original_have_their_own_lines() -> None:
     from kfbot.evaluate.contract import Trial, Verdict
     from kfbot.evaluate.report import to_markdown

@@ -126,7 +126,7 @@ def apply(rewrite_id: str, source: str, kernel: str = "scale_kernel") -> str | N
 
 SMALL = ["restrict-pointers", "launch-bounds", "occupancy-2-blocks", "occupancy-4-blocks",
          "unroll-constant-loops", "grid-stride-loop", "warp-shuffle-reduction", "online-softmax",
-         "fast-math-intrinsics", "fast-math-flags"]
+         "fast-math-intrinsics", "fast-math-flags", "vectorize-row-loads", "cache-row-in-shared"]
 SMALL_SOURCE = [r.rewrite for r in rw.load_rewrites(rules_dir() / "rewrites.yaml")
                 if r.rewrite in SOURCE_REWRITES]
 
@@ -369,6 +369,10 @@ def test_comments_and_strings_do_not_trigger(impl: str) -> None:
     if impl.startswith("occupancy_"):  # the real kernel's own bound is what it changes
         assert found == DECOYS.replace("__launch_bounds__(64)",
                                        f"__launch_bounds__(64, {impl[-1]})")
+    elif impl == "vectorize_row_loads":  # the real block-stride copy loop, nothing else
+        assert found is not None and found.count("kfbot_aligned16(x) && kfbot_aligned16(y)") == 1
+        for decoy in DECOYS.splitlines()[:6]:
+            assert decoy in found
     else:
         assert found is None
 
@@ -438,10 +442,11 @@ OUTPUTS = _outputs()
 
 
 def test_every_rewrite_has_a_compiled_example() -> None:
-    done = {case.split("-", 1)[1] for case in OUTPUTS} | {"fast_math_intrinsics",
-                                                         "online_softmax"}
+    done = {case.split("-", 1)[1] for case in OUTPUTS} | {
+        "fast_math_intrinsics", "online_softmax", "vectorize_row_loads", "cache_row_in_shared"}
     # fast math has its own file (test_rewrites_fastmath); online softmax applies to the
-    # row rewrites' output and is compiled in test_rewrites_real.
+    # row rewrites' output, and the row loads and row cache to real kernels' rows: they
+    # are compiled in test_rewrites_real.
     assert done == set(SMALL_SOURCE)
 
 

@@ -146,6 +146,85 @@ def test_the_plan_says_why_each_rule_does_or_does_not_apply() -> None:
         in "\n".join(lines)
 
 
+def test_a_lambda_in_the_kernel_is_inlined_and_its_declaration_dropped() -> None:
+    found = inline_helpers(_src("rmsnorm.cu"), "rmsnorm_kernel")
+    assert found is not None and found.helpers == ("sum_of_squares",)
+    kernel = found.source[found.source.index("__global__"):]
+    assert "[&]" not in kernel and "auto sum_of_squares" not in kernel
+    assert "sum_of_squares(in)" not in kernel and "// inlined from sum_of_squares()" in kernel
+    assert "acc_kfbot" in kernel and "in[j_kfbot" in kernel
+    # A by-value capture that changes between the lambda and its call is not inlined.
+    changed = _src("rmsnorm.cu").replace("[&]", "[=]").replace(
+        "    const float inv", "    cols += 0;\n    const float inv")
+    assert inline_helpers(changed, "rmsnorm_kernel") is None
+
+
+def test_float4_row_loads_are_guarded_and_keep_the_tail() -> None:
+    out = _apply("vectorize_row_loads", _src("softmax_warp.cu"), "softmax_warp_kernel")
+    assert out is not None
+    kernel = out[out.index("__global__ void softmax_warp_kernel"):]
+    assert kernel.count("if (kfbot_aligned16(in)) {") == 2  # the max and the sum passes
+    assert "if (kfbot_aligned16(in) && kfbot_aligned16(out)) {" in kernel
+    assert "for (int kfbot_q = lane; kfbot_q < kfbot_n4; kfbot_q += 32) {" in kernel
+    assert "for (int j = kfbot_n4_2 * 4 + lane; j < cols; j += 32) { out[j] = " in kernel
+    assert "reinterpret_cast<float4*>(out)[kfbot_q_2] = kfbot_w0_2;" in kernel
+    assert "warp_max(m)" in kernel  # its own shuffle helpers needed no inlining
+    assert _apply("vectorize_row_loads", out, "softmax_warp_kernel") is None  # idempotent
+    # Loops in helpers are reached by inlining them; the offset row of a templated
+    # kernel's `x[(size_t)r * cols + j]` is not a float pointer: left alone.
+    block = _apply("vectorize_row_loads", _src("softmax.cu"), "softmax_block_kernel")
+    assert block is not None and block.count("kfbot_aligned16(row)") == 3
+    assert _apply("vectorize_row_loads", _src("reduce.cu"), "row_sum_kernel") is None
+
+
+def test_the_row_length_picks_a_warp_or_a_block_per_row() -> None:
+    out = _apply("row_split_by_length", _src("layernorm.cu"), "layernorm_kernel")
+    assert out is not None
+    launcher = out[out.index("cudaError_t launch_layernorm"):]
+    assert "if ((cols) <= 1024) {  // short rows: a warp each" in launcher
+    assert "layernorm_kernel<<<(unsigned)(((rows) + 7) / 8), 256>>>" in launcher
+    assert "layernorm_kernel_kfbot_long<<<(unsigned)(rows), 256>>>" in launcher
+    assert "kfbot_warp_sum(acc_kfbot" in out and "kfbot_block_sum(acc_kfbot" in out
+    assert _apply("row_split_by_length", out, "layernorm_kernel") is None
+    templ = _apply("row_split_by_length", _src("reduce.cu"), "row_absmax_kernel")
+    assert templ is not None and "row_absmax_kernel_kfbot_long<T, 128><<<" in templ
+
+
+def test_a_row_read_in_several_passes_is_cached_in_shared_memory() -> None:
+    out = _apply("cache_row_in_shared", _src("softmax.cu"), "softmax_block_kernel")
+    assert out is not None
+    kernel = out[out.index("__global__ void softmax_block_kernel"):]
+    assert "__shared__ __align__(16) float kfbot_row[2048];" in kernel
+    assert "const float* kfbot_row_p = kfbot_cached ? kfbot_row : row;" in kernel
+    assert kernel.count("kfbot_row_p[j") == 3  # max, sum and output passes
+    assert _apply("cache_row_in_shared", out, "softmax_block_kernel") is None
+    # A thread per row has no block to share a cache with.
+    assert _apply("cache_row_in_shared", _src("layernorm.cu"), "layernorm_kernel") is None
+    # A pass behind a branch on the thread could skip the barrier: not rewritten.
+    guarded = _src("softmax.cu").replace(
+        "    const float m = block_reduce_max", "    if (threadIdx.x > 1024) return;\n"
+        "    const float m = block_reduce_max")
+    assert _apply("cache_row_in_shared", guarded, "softmax_block_kernel") is None
+
+
+def test_the_plan_says_why_the_new_rewrites_do_not_apply() -> None:
+    files = {"csrc/reduce.cu": _src("reduce.cu")}
+    lines = explain(files, list(files), "row_sum_kernel", load_rewrites())
+    by_id = {line.split(":", 1)[0]: line for line in lines}
+    assert by_id["vectorize-row-loads"].startswith("vectorize-row-loads: does not apply: it "
+                                                   "looks for: a loop in the kernel")
+    assert by_id["row-split-by-length"] == "row-split-by-length: applies"
+
+
+def _chain(source: str, kernel: str, *rewrites: str) -> str | None:
+    for rewrite in rewrites:
+        out = _apply(rewrite, source, kernel)
+        if out is None:
+            return None
+        source = out
+    return source
+
+
 def _outputs() -> dict[str, str]:
     cases = {
         "layernorm-warp": _apply("warp_per_row", _src("layernorm.cu"), "layernorm_kernel"),
@@ -159,6 +238,25 @@ def _outputs() -> dict[str, str]:
         "blur-occupancy": _apply("occupancy_4", _src("stencil.cu"), "blur_rows_kernel"),
         "online-warp": _online("warp_per_row"),
         "online-block": _online("block_per_row"),
+        # The rewrites real row kernels called for: float4 row loads, the row-length
+        # choice, the row cached in shared memory, and a lambda seen through.
+        "softmax-warp-float4": _apply("vectorize_row_loads", _src("softmax_warp.cu"),
+                                      "softmax_warp_kernel"),
+        "softmax-block-float4": _apply("vectorize_row_loads", _src("softmax.cu"),
+                                       "softmax_block_kernel"),
+        "blur-float4": _apply("vectorize_row_loads", _src("stencil.cu"), "blur_rows_kernel"),
+        "layernorm-by-length": _apply("row_split_by_length", _src("layernorm.cu"),
+                                      "layernorm_kernel"),
+        "absmax-by-length": _apply("row_split_by_length", _src("reduce.cu"),
+                                   "row_absmax_kernel"),
+        "softmax-block-cached": _apply("cache_row_in_shared", _src("softmax.cu"),
+                                       "softmax_block_kernel"),
+        "layernorm-block-cached": _chain(_src("layernorm.cu"), "layernorm_kernel",
+                                         "block_per_row", "cache_row_in_shared",
+                                         "vectorize_row_loads"),
+        "rmsnorm-lambda-warp": _apply("warp_per_row", _src("rmsnorm.cu"), "rmsnorm_kernel"),
+        "rmsnorm-warp-float4": _chain(_src("rmsnorm.cu"), "rmsnorm_kernel", "warp_per_row",
+                                      "vectorize_row_loads"),
     }
     return {k: v for k, v in cases.items() if v is not None}
 
@@ -174,7 +272,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def test_every_case_made_an_output() -> None:
-    assert len(OUTPUTS) == 10
+    assert len(OUTPUTS) == 19
 
 
 @pytest.mark.parametrize("case", list(OUTPUTS))

@@ -131,3 +131,54 @@ def test_conditional_knob_candidates_compile(tmp_path: Path) -> None:
     proc = subprocess.run(["nvcc", "-c", "-std=c++17", "-arch=sm_90", "-o",
                            str(tmp_path / "s.o"), str(src)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def _real_knobs(kernel: str) -> tuple[object, dict[str, str], object]:
+    k = select_kernel(scan(REAL, load_config(None, REAL)).kernels, kernel)
+    files = {k.file: (REAL / k.file).read_text()}
+    return k, files, reaching_knobs(files, list(k.editable_files), k.name, k.tunables)
+
+
+def test_a_template_block_and_its_launch_literals_are_one_knob() -> None:
+    _, files, found = _real_knobs("row_absmax_kernel")
+    [knob] = found.knobs
+    assert knob.kind == "launch_tied" and knob.current == "128"
+    assert [n for n in found.notes if n.startswith("BLOCK (template_arg")]
+    cand = apply_point(found.knobs, {knob.name: "512"}, files, ORIGINAL)
+    assert cand is not None
+    text = cand.files["csrc/reduce.cu"]
+    # The template argument, the block and the grid's round-up, all at once.
+    assert "row_absmax_kernel<T, 512><<<(rows + 511) / 512, 512>>>" in text
+    # The other launch of the file (row_sum, kBlock) is untouched.
+    assert "row_sum_kernel<T, kBlock><<<(rows + kBlock - 1) / kBlock, kBlock>>>" in text
+    # Reading the point back from the candidate gives the knob's new value.
+    from kfbot.search.params import point_of
+    assert point_of(found.knobs, cand, files) == {knob.name: "512"}
+
+
+def test_a_shared_array_size_is_a_capacity_not_a_block() -> None:
+    _, _, found = _real_knobs("softmax_block_kernel")
+    assert "MAX_THREADS" not in [kn.name for kn in found.knobs]
+    [note] = [n for n in found.notes if n.startswith("MAX_THREADS")]
+    assert "sizes the shared array `smem`" in note
+
+
+def test_a_shared_tile_that_is_also_the_block_stays_a_knob(tmp_path: Path) -> None:
+    text = """\
+#include <cuda_runtime.h>
+#define TILE 16
+__global__ void t_kernel(const float* x, float* y, int n) {
+    __shared__ float tile[TILE][TILE + 1];
+    int i = blockIdx.x * TILE + threadIdx.x;
+    tile[threadIdx.y][threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (i < n) y[i] = tile[threadIdx.x][threadIdx.y];
+}
+void launch_t(const float* x, float* y, int n) {
+    dim3 block(TILE, TILE);
+    t_kernel<<<(n + TILE - 1) / TILE, block>>>(x, y, n);
+}
+"""
+    k = _scanned(tmp_path, text, "t_kernel")
+    found = reaching_knobs({"k.cu": text}, ["k.cu"], "t_kernel", k.tunables)
+    assert "TILE" in [kn.name for kn in found.knobs]

@@ -8,12 +8,14 @@ for a file build they are the recipe's sources plus every editable C/C++/CUDA fi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from kfbot.anticheat.static import Source, StaticInput
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate, nvcc_flags
 from kfbot.evaluate.task import KernelTask
 from kfbot.scan.cuda_facts import extract_cuda_facts
+from kfbot.scan.flag_edit import FlagList, flag_list, flags_only_change
 from kfbot.scan.model import BuildRecipe
 from kfbot.scan.python_facts import extract_python_facts
 
@@ -82,10 +84,38 @@ def _recipe_after(task: KernelTask, files: Mapping[str, str]) -> BuildRecipe:
     return next((b for b in facts.builds if b.name == recipe.name), recipe)
 
 
+def recipe_for(task: KernelTask, files: Mapping[str, str]) -> BuildRecipe:
+    """The task's build with the nvcc flags of the candidate's build file, where the
+    candidate changed the flag list of the build call (see `kfbot.scan.flag_edit`)."""
+    recipe = task.build
+    if recipe.file not in files or not recipe.file.endswith(".py"):
+        return recipe
+    original = _read(task.root, recipe.file, {})
+    before = flag_list(recipe.file, original, recipe.kind, recipe.line) if original else None
+    after = flag_list(recipe.file, files[recipe.file], recipe.kind, recipe.line)
+    if not isinstance(before, FlagList) or not isinstance(after, FlagList) \
+            or before.values == after.values:
+        return recipe
+    return replace(recipe, extra_cuda_cflags=after.values)
+
+
+def carried_flags(task: KernelTask, files: Mapping[str, str]) -> bool:
+    """The candidate changes the build file in its nvcc flag list only, by speed flags:
+    a compiler setting, checked as flags (fast math is a finding), not a file edit."""
+    recipe = task.build
+    original = _read(task.root, recipe.file, {})
+    new = files.get(recipe.file)
+    if new is None or original is None or new == original:
+        return False
+    return flags_only_change(recipe.file, original, new, recipe.kind, recipe.line) is not None
+
+
 def static_input(task: KernelTask, candidate: Candidate, op_dtypes: Sequence[str]
                  ) -> StaticInput:
+    carried = task.build.file if carried_flags(task, candidate.files) else None
     changed = {
         path: (_read(task.root, path, {}), text) for path, text in candidate.files.items()
+        if path != carried
     }
     return StaticInput(
         original=units(task, {}),

@@ -26,7 +26,7 @@ from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
-from kfbot.anticheat.sources import kernel_names, static_input, units
+from kfbot.anticheat.sources import kernel_names, recipe_for, static_input, units
 from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
@@ -62,12 +62,13 @@ from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
 from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
-from kfbot.evaluate.task import KernelTask
+from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.evaluate.worker import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
 
 JOBS = "kfbot.evaluate.device.jobs"
 REACH_JOB = "kfbot.evaluate.device.reach:reaching"
+VARIANTS_JOB = "kfbot.evaluate.device.variants:time_variants"
 CONTRACT_JOB = "kfbot.evaluate.device.contract:try_on_original"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -189,8 +190,10 @@ class Engine:
         return self.prep.build(self.request(candidate))
 
     def request(self, candidate: Candidate) -> BuildRequest:
+        # A candidate may carry compiler settings in the build file's flag list: its
+        # build is the repository's with those flags, as a branch would build it.
         return BuildRequest(
-            recipe=self.task.build,
+            recipe=recipe_for(self.task, candidate.files),
             root=self.task.root,
             files=dict(candidate.files),
             params=dict(candidate.params),
@@ -245,6 +248,28 @@ class Engine:
             return self.evaluate(candidate)
         finally:
             self._signatures_override = None
+
+    def time_variants(self, variants: Sequence[OpBinding], signatures: Sequence[CallSignature]
+                      ) -> list[dict[str, float]] | str:
+        """For each signature in turn, each variant op's speed relative to the original's
+        (original time / variant time) where its output is the original's, timed in one
+        worker session with the second timer; or why they could not be timed."""
+        payload = {
+            "op": self.task.op.to_json(), "original": _artifact(self.original()),
+            "variants": [{**v.to_json(), "text": v.name} for v in variants],
+            "shapes": [{"label": str(n), "signature": s.to_json()}
+                       for n, s in enumerate(signatures)],
+            "seeds": [secrets.randbits(48) for _ in range(self.settings.seeds)],
+            "tolerances": {k: list(v) for k, v in self.task.tolerances.items()},
+            "sys_path": [str(self.task.root)],
+        }
+        job = self.session.call(VARIANTS_JOB, payload, timeout_s=self.settings.job_timeout_s)
+        if not job.ok or job.value is None:
+            return f"the variants could not be timed: {job.reason}"
+        return [{name: found["original_us"] / found["variant_us"]
+                 for name, found in shape["variants"].items()
+                 if "error" not in found and found["variant_us"] > 0}
+                for shape in job.value["shapes"]]
 
     def prepare_baseline(self) -> tuple[StepReport, ...]:
         """The baseline's steps before the GPU: pair, build, import, capture, reference."""

@@ -3,7 +3,8 @@
 The body reads top down: the one-line verdict (after a review banner and the physics
 floor's flags with their evidence, when it flagged the result), what changed since
 kfbot's last run on this branch, the candidate and its files, the per-shape benchmark
-table, the second timer's reproduction of it, the verification and anti-cheating
+table, where the speedup holds (held-out shapes, the repository's own variants), the
+second timer's reproduction of it, the verification and anti-cheating
 evidence, the environment, the search chart, the lessons added to the experience file
 and a one-command reproduction; long evidence is folded in `<details>`. Every figure is
 of one candidate, whose hash the body names. It stays under
@@ -59,6 +60,7 @@ class PrReport:
     previous: Previous | None = None
     run_url: str | None = None
     reproduction: Reproduction | None = None
+    per_shape: str = ""  # "Where it holds": the speedup per shape, captured and held out
 
 
 def verdict(name: str, ev: Evaluation) -> str:
@@ -116,6 +118,7 @@ def _sections(r: PrReport, history_limit: int, checks_limit: int) -> list[str]:
     out += _changed_since(r)
     out += _summary(r)
     out += ["## Benchmark", "", _timings_table(ev), ""]
+    out += _where_it_holds(r)
     out += _reproduced(r.reproduction)
     out += _evidence(r, checks_limit)
     out += ["## Environment", "", _environment(ev.environment), ""]
@@ -124,6 +127,12 @@ def _sections(r: PrReport, history_limit: int, checks_limit: int) -> list[str]:
     out += _reproduce(r)
     out += ["---", _footer(r)]
     return out
+
+
+def _where_it_holds(r: PrReport) -> list[str]:
+    """The per-shape picture: captured and held-out shapes with their intervals, the
+    repository's own variants beside them, a line for each shape the candidate loses."""
+    return [r.per_shape.rstrip(), ""] if r.per_shape.strip() else []
 
 
 def _review(ev: Evaluation) -> list[str]:

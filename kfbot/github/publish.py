@@ -55,6 +55,7 @@ from kfbot.search.branch import (
     pr_branch,
 )
 from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
+from kfbot.search.pershape import section as per_shape_section
 
 if TYPE_CHECKING:  # the comment bot imports this module; it must not pull in the engine
     from kfbot.evaluate.task import KernelTask
@@ -82,6 +83,7 @@ class Winner:
     history: tuple[Individual, ...] = ()
     islands: int = 1
     reproduction: Reproduction | None = None  # the second timer's figures, required
+    per_shape: str = ""  # the "Where it holds" section: captured and held-out shapes
 
     @property
     def needs_review(self) -> bool:
@@ -201,9 +203,12 @@ def winner_of(task: KernelTask, outcome: OptimizeOutcome, islands: int,
     if outcome.committed is None:
         raise KfbotError(f"{task.kernel_id}: no candidate that changes files only to publish")
     ev, cand = outcome.committed
+    held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
+    holds = per_shape_section(ev.timings, held, outcome.variants,
+                              (outcome.held_out_note, outcome.variant_note))
     return Winner(task.root, task.kernel_id, task.kernel_name, dict(cand.files), ev,
                   cand.rationale, lessons, outcome.adequacy, tuple(outcome.result.history),
-                  islands, reproduction)
+                  islands, reproduction, per_shape="\n".join(holds))
 
 
 def commit_message(winner: Winner) -> str:
@@ -218,7 +223,7 @@ def _report(winner: Winner, commit: Commit, branch: str, base: str,
     return PrReport(winner.kernel_id, winner.kernel_name, winner.evaluation,
                     tuple(sorted(winner.files)), winner.rationale, winner.adequacy,
                     winner.history, winner.islands, commit.lessons_added, base, branch,
-                    previous, run_url(env), winner.reproduction)
+                    previous, run_url(env), winner.reproduction, per_shape=winner.per_shape)
 
 
 def _marker(winner: Winner, sha: str) -> str:

@@ -1,8 +1,10 @@
 """A MAP-Elites archive: the best correct candidate per behaviour cell.
 
 Every evaluation is recorded as an `Individual`. Correct, cheat-free ones compete for
-their cell; failures are kept (with their reasons) so the same mistake is not
-proposed twice. Parent selection favours cells whose children improved recently,
+their cell; those that lose are kept as a reserve of parents for when the elites have
+nothing new left to propose (a rewrite that is not faster yet may become so with the
+next one); failures are kept (with their reasons) so the same mistake is not proposed
+twice. Parent selection favours cells whose children improved recently,
 judged by the parent -> child fitness changes, and keeps some pure exploration.
 """
 
@@ -48,6 +50,7 @@ class Archive:
     def __init__(self) -> None:
         self.elites: dict[Cell, Individual] = {}
         self.failures: list[Individual] = []
+        self.reserve: list[Individual] = []  # correct, but not (or no longer) an elite
         self._gains: dict[Cell, deque[float]] = {}
 
     def add(self, child: Individual, parent: Individual | None = None) -> bool:
@@ -61,7 +64,10 @@ class Archive:
         current = self.elites.get(child.cell)
         if current is not None and current.fitness is not None \
                 and current.fitness >= child.fitness:
+            self.reserve.append(child)
             return False
+        if current is not None:
+            self.reserve.append(current)
         self.elites[child.cell] = child
         return True
 
@@ -78,6 +84,13 @@ class Archive:
             return self.elites[rng.choice(cells)]
         weights = [self._promise(c) for c in cells]
         return self.elites[rng.choices(cells, weights=weights, k=1)[0]]
+
+    def others(self, rng: random.Random, chosen: Individual | None) -> list[Individual]:
+        """Parents to try when `chosen` had nothing new: the other elites in a random
+        order, then the reserve, newest first."""
+        elites = [self.elites[c] for c in sorted(self.elites) if self.elites[c] != chosen]
+        rng.shuffle(elites)
+        return elites + list(reversed(self.reserve))
 
     def _promise(self, cell: Cell) -> float:
         """Untried cells and cells with recent gains weigh more; stale cells still count."""

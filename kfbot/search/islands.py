@@ -28,6 +28,10 @@ from kfbot.search.archive import Archive, Individual
 from kfbot.search.budget import Budget
 from kfbot.search.model import Cell
 
+# Parents asked after the chosen one had nothing new, per island and generation: each
+# asks every mutator (an LLM call among them), so a few at most.
+FALLBACK_PARENTS = 6
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -150,13 +154,24 @@ class IslandSearch:
         return planned, ""
 
     def _propose(self, island: int) -> tuple[Individual, list[Candidate]]:
-        parent = self.archives[island].select(self.rngs[island]) or self.original
+        """A parent and its fresh candidates; when the chosen parent has none, the
+        island's other elites and then its reserve are asked, a few at most."""
+        archive, rng = self.archives[island], self.rngs[island]
+        chosen = archive.select(rng) or self.original
+        parent, fresh = chosen, self._fresh(island, chosen)
+        for other in archive.others(rng, chosen)[:FALLBACK_PARENTS] if not fresh else []:
+            parent, fresh = other, self._fresh(island, other)
+            if fresh:
+                break
+        return (parent, fresh) if fresh else (chosen, fresh)
+
+    def _fresh(self, island: int, parent: Individual) -> list[Candidate]:
         fresh: list[Candidate] = []
         for cand in self.propose(island, parent, self.rngs[island]):
             if cand.hash not in self.seen and len(fresh) < self._room():
                 self.seen.add(cand.hash)
                 fresh.append(cand)
-        return parent, fresh
+        return fresh
 
     def _room(self) -> int:
         left = self.budget.evaluations_left()

@@ -122,6 +122,11 @@ class PromptContext:
     # Worked examples of the expert library for the kernel's class (Markdown); the
     # same for every call of a task, so they sit in the cached system prefix.
     examples: Sequence[str] = ()
+    # The parent's speedup per shape, captured and held out, and how close each shape is
+    # to the GPU's measured peak (its speed of light).
+    shapes: Sequence[str] = ()
+    # The library's rewrites that failed on this kernel, each with why.
+    failed_rewrites: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,35 @@ class Usage:
                 + self.cache_read_input_tokens)
 
 
+@dataclass
+class LlmStats:
+    """What the mutator spent over a run: calls, what they cost, and the errors left
+    after the SDK's own retries, by kind (RateLimitError, APITimeoutError...)."""
+
+    calls: int = 0
+    answered: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    usd: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+    unusable: int = 0  # answered, but with no edit that applied
+
+    @property
+    def tokens(self) -> int:
+        return (self.input_tokens + self.output_tokens + self.cache_creation_input_tokens
+                + self.cache_read_input_tokens)
+
+    def add(self, usage: Usage) -> None:
+        self.answered += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cache_creation_input_tokens += usage.cache_creation_input_tokens
+        self.cache_read_input_tokens += usage.cache_read_input_tokens
+        self.usd += usage.usd
+
+
 @dataclass(frozen=True)
 class LlmProposal:
     candidate: Candidate | None
@@ -152,6 +186,7 @@ class LlmMutator:
 
         self.settings = settings
         self.budget = budget
+        self.stats = LlmStats()
         self.api_error = anthropic.APIError
         self.client = client if client is not None else anthropic.Anthropic(
             api_key=api_key, base_url=settings.base_url, max_retries=settings.max_retries,
@@ -178,19 +213,24 @@ class LlmMutator:
                                          "text": system_prompt(ctx.diagnosis, ctx.examples),
                                          "cache_control": {"type": "ephemeral"}}]
         messages: list[MessageParam] = [{"role": "user", "content": user_prompt(ctx)}]
+        self.stats.calls += 1
         try:
             # No temperature: the API version the 2.x SDK speaks (2026-10-21) removed the
             # sampling parameters and answers 400 to any of them (LlmSettings.temperature).
             message = self.client.messages.create(
                 model=s.model, max_tokens=s.max_tokens, system=system, messages=messages)
         except self.api_error as e:
-            return LlmProposal(None, f"llm error: {type(e).__name__}: {_short_error(e)}")
+            kind = type(e).__name__
+            self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+            return LlmProposal(None, f"llm error: {kind}: {_short_error(e)}")
         usage = self._charge(message)
+        self.stats.add(usage)
         answer = "\n".join(block.text for block in message.content if block.type == "text")
         base = {**parent.files, **ctx.parent_files}
         try:
             changed = apply_edits(base, parse_edits(answer), ctx.editable)
         except EditError as e:
+            self.stats.unusable += 1
             cut = "answer cut off at max_tokens; " if message.stop_reason == "max_tokens" else ""
             return LlmProposal(None, cut + e.reason, usage)
         candidate = Candidate(files={**parent.files, **changed}, params=parent.params,
@@ -270,6 +310,9 @@ def user_prompt(ctx: PromptContext) -> str:
              for path, text in sorted(ctx.parent_files.items())]
     parts.append(f"## Editable files ({editable})\n" + "\n\n".join(files))
     for title, lines in (("Diagnostics (ptxas / verification)", ctx.diagnostics),
+                         ("Per shape: speedup over the original and distance to the GPU's "
+                          "peak", ctx.shapes),
+                         ("Rewrites already tried on this kernel that failed", ctx.failed_rewrites),
                          ("Recent failures on this island: do not repeat them", ctx.failures),
                          ("Lessons from earlier runs", ctx.lessons)):
         if lines:

@@ -44,6 +44,10 @@ class Knob:
     # The knob's literal is this number of its line (0 first), not the one after its
     # name: a branch of `cols >= 1024 ? 1024 : 256` (see reach.py).
     occurrence: int = -1
+    # Numbers of the same line that change with it, as (index, offset): a template
+    # block size written again as the launch's block and grid, `(rows + 127) / 128`
+    # (offset -1 for the 127). The first one holds the knob's value.
+    tied: tuple[tuple[int, int], ...] = ()
 
     @property
     def via_define(self) -> bool:
@@ -160,6 +164,28 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?![\w.])")
 
 
 def _locate(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
+    found = _spans(text, knob)
+    return (found[0], found[1][0][0]) if found is not None else None
+
+
+def _spans(text: str, knob: Knob) -> tuple[list[str], list[tuple[re.Match[str], int]]] | None:
+    """The knob's literals on its line, each with its offset from the knob's value."""
+    if knob.tied:
+        lines = text.split("\n")
+        if not 0 < knob.line <= len(lines):
+            return None
+        numbers = list(NUMBER.finditer(lines[knob.line - 1]))
+        if any(i >= len(numbers) for i, _ in knob.tied):
+            return None
+        spans = [(numbers[i], offset) for i, offset in knob.tied]
+        # A line that moved or was rewritten no longer holds one value in every place.
+        values = {int(m.group()) - offset for m, offset in spans}
+        return (lines, spans) if len(values) == 1 else None
+    found = _first(text, knob)
+    return (found[0], [(found[1], 0)]) if found is not None else None
+
+
+def _first(text: str, knob: Knob) -> tuple[list[str], re.Match[str]] | None:
     """The first integer literal after the knob's name on the scan's line.
 
     The line holds one declaration (`constexpr int kBlock = 256;`) or one launch, so
@@ -189,10 +215,13 @@ def _literal(text: str, knob: Knob) -> str | None:
 
 
 def _replace_on_line(text: str, knob: Knob, value: str) -> str | None:
-    found = _locate(text, knob)
+    found = _spans(text, knob)
     if found is None:
         return None
-    lines, match = found
+    lines, spans = found
     row = lines[knob.line - 1]
-    lines[knob.line - 1] = row[: match.start()] + value + row[match.end():]
+    for match, offset in sorted(spans, key=lambda s: -s[0].start()):  # last first
+        new = value if offset == 0 else str(int(value) + offset)
+        row = row[: match.start()] + new + row[match.end():]
+    lines[knob.line - 1] = row
     return "\n".join(lines)

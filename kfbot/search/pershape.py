@@ -115,3 +115,27 @@ def prompt_lines(rows: Sequence[ShapeRow], limit: int = 8) -> tuple[str, ...]:
     """The picture in a few lines for the LLM mutator."""
     return tuple(f"{r.shape} ({r.kind}): {r.speedup:.2f}x [{r.low:.2f}, {r.high:.2f}], "
                  f"{r.verdict}" for r in rows[:limit])
+
+
+def light_lines(timings: Sequence[ShapeTiming], limit: int = 8) -> tuple[str, ...]:
+    """Per shape, how close the candidate is to the speed of light on this GPU (the
+    floor from the bytes it must move and the FLOPs it must do): how much speed is
+    left to find there."""
+    out = []
+    for t in timings[:limit]:
+        if t.floor is not None and t.light is not None:
+            out.append(f"{t.input}: {t.light:.0f}% of the speed of light "
+                       f"({t.floor.bound} floor {t.floor.us:.2f} µs, now "
+                       f"{t.speedup.candidate.median:.2f} µs)")
+    return tuple(out)
+
+
+def section(captured: Sequence[ShapeTiming], held_out: Sequence[ShapeTiming],
+            variants: Mapping[str, float], notes: Sequence[str]) -> list[str]:
+    """The "Where it holds" section of the report and the pull request (empty when no
+    shape was timed)."""
+    if not captured and not held_out:
+        return []
+    said = [f"{n}." for n in notes if n]
+    return ["## Where it holds", "", *said, *([""] if said else []),
+            markdown(rows_of(captured, held_out, variants)), ""]

@@ -13,12 +13,19 @@ block size and the size where the choice switches. A block that comes from somet
 kfbot cannot trace to a number in the source (a launcher's parameter, a field of a
 runtime config, a call such as `x.size(1)`) makes the launch's tunables untraceable:
 they are not proposed, and the plan says why.
+
+A template argument written as a literal at the launch (`row_absmax_kernel<T, 128>
+<<<(rows + 127) / 128, 128>>>`) is one knob with the launch's block and grid where they
+repeat it: changed alone, the kernel's idea of its block would no longer match the
+block it runs in. A constant that sizes a `__shared__` array and flows into no launch
+(`__shared__ float smem[MAX_THREADS]`) is a capacity, not a block size: it is left as
+it is, and the plan says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kfbot.scan.model import Tunable
 from kfbot.search.params import NUMBER, Knob, knobs
@@ -44,6 +51,10 @@ class _Flow:
     extra: list[Knob]  # conditional and min/max launch values
     untraceable: list[str]
     all_functions: list[tuple[str, int, int]]  # every function of the files followed
+    launches: list[tuple[str, sx.Node]] = field(default_factory=list)
+    launch_names: set[str] = field(default_factory=set)  # identifiers in launch configs
+    shared_sizes: dict[str, str] = field(default_factory=dict)  # size name -> array
+    kernels: list[sx.Node] = field(default_factory=list)
 
 
 def reaching_knobs(files: Mapping[str, str], editable: Sequence[str], kernel: str,
@@ -54,15 +65,24 @@ def reaching_knobs(files: Mapping[str, str], editable: Sequence[str], kernel: st
         return Reach(tuple(knobs(tunables, shared)), ())
     kept: list[Tunable] = []
     notes: list[str] = []
+    tied: list[Knob] = []
     for t in tunables:
         why = _why_not(t, flow)
-        if why is None:
+        together = _tied_knobs(t, flow) if why is None and t.kind == "template_arg" else []
+        if together:
+            tied += together
+            lines = ", ".join(str(k.line) for k in together)
+            notes.append(f"{t.name} ({t.kind}, {t.file}:{t.line}) is tuned at its launch "
+                         f"(line {lines}) as one knob with the block and grid that repeat it")
+        elif why is None:
             kept.append(t)
         else:
             notes.append(f"{t.name} ({t.kind}, {t.file}:{t.line}) left out: {why}")
-    found = knobs(kept, shared)
+    at_tied = {(k.file, k.line) for k in tied}
+    found = [k for k in knobs(kept, shared)
+             if not (k.kind == "launch_config" and (k.file, k.line) in at_tied)] + tied
     if flow.untraceable:
-        found = [k for k in found if k.kind != "launch_config"]
+        found = [k for k in found if k.kind not in ("launch_config", "launch_tied")]
         notes += flow.untraceable
     else:
         taken = {(k.file, k.line) for k in found}
@@ -80,6 +100,9 @@ def _why_not(t: Tunable, flow: _Flow) -> str | None:
     bare = t.name.rsplit(":", 1)[-1]
     if bare not in flow.names:
         return "its value flows neither into the kernel nor into its launches"
+    if bare in flow.shared_sizes and bare not in flow.launch_names:
+        return (f"it sizes the shared array `{flow.shared_sizes[bare]}` and no launch: a "
+                "capacity the blocks must fit in, not a block size")
     owner = _function_at(flow, t.file, t.line)
     if owner is False:
         return "declared in a function that neither launches the kernel nor is called by it"
@@ -109,13 +132,17 @@ def _flow(files: Mapping[str, str], editable: Sequence[str], name: str) -> _Flow
                   for fn in sx.functions(root, "(function_definition) @fn")]
         for fn in sx.kernels_named(root, name):
             seen_kernel = True
+            flow.kernels.append(fn)
             for reached in _with_helpers(root, fn):
                 flow.functions.add(_span(path, reached))
                 flow.names |= sx.identifiers(reached)
                 top = sx.definition(reached)
                 flow.names |= sx.identifiers(top)
+                flow.shared_sizes.update(_shared_sizes(reached))
         for launch in sx.launches(root, name):
+            flow.launches.append((path, launch))
             _follow_launch(path, launch, flow)
+            flow.launch_names |= _config_names(launch)
     return flow if seen_kernel else None
 
 
@@ -272,3 +299,115 @@ def _size_choices(value: str) -> tuple[str, ...]:
     v = int(value)
     return tuple(str(x) for x in sorted({max(1, v // 4), max(1, v // 2), v, v * 2, v * 4}))
 
+
+
+def _config_names(launch: sx.Node) -> set[str]:
+    """The names a launch's grid, block and shared memory are computed from, followed
+    through the launcher's declarations (`dim3 block(TILE, TILE);` included)."""
+    fn = sx.enclosing_function(launch)
+    todo = [name for part in sx.named(launch)[:3] for name in sx.identifiers(part)]
+    seen: set[str] = set()
+    while todo and len(seen) < 64:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for decl in (sx.walk(fn) if fn is not None else ()):
+            if decl.type == "declaration" and name in {
+                    sx.text(sx.field(d, "declarator") or d)
+                    for d in decl.children_by_field_name("declarator")}:
+                todo += sx.identifiers(decl)
+    return seen
+
+
+def _shared_sizes(fn: sx.Node) -> dict[str, str]:
+    """The names that size a `__shared__` array of `fn`, with the array's name."""
+    out: dict[str, str] = {}
+    for node in sx.walk(fn):
+        if node.type != "declaration" or "__shared__" not in sx.qualifiers(node):
+            continue
+        for decl in sx.walk(node):
+            if decl.type != "array_declarator":
+                continue
+            size = sx.field(decl, "size")
+            inner: sx.Node | None = decl
+            while inner is not None and inner.type == "array_declarator":
+                inner = sx.field(inner, "declarator")
+            for name in sx.identifiers(size) if size is not None else ():
+                out[name] = sx.text(inner)
+    return out
+
+
+def _tied_knobs(t: Tunable, flow: _Flow) -> list[Knob]:
+    """For a template argument passed as a literal: one knob per launch that passes it,
+    tying the literal to the launch's block and grid where they repeat it."""
+    if not t.value.isdigit():
+        return []
+    out = []
+    for path, launch in flow.launches:
+        found = _tied_at(path, launch, t, flow)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _tied_at(path: str, launch: sx.Node, t: Tunable, flow: _Flow) -> Knob | None:
+    call = launch.parent
+    function = sx.field(call, "function") if call is not None else None
+    if function is None or function.type != "template_function" \
+            or call is None or call.start_point[0] != call.end_point[0]:
+        return None
+    index = _template_index(flow, t.name)
+    targs = sx.named(sx.field(function, "arguments") or function)
+    if index is None or index >= len(targs) or sx.text(targs[index]) != t.value:
+        return None
+    value = int(t.value)
+    tied = [(_number_index(launch, targs[index]), 0)]
+    config = sx.named(launch)
+    block = sx.strip(config[1]) if len(config) > 1 else None
+    if block is not None and block.type == "number_literal" and sx.int_value(sx.text(block)) \
+            == value:
+        for part in config[:2]:
+            for n in sx.walk(part):
+                v = sx.int_value(sx.text(n)) if n.type == "number_literal" else None
+                if v in (value, value - 1) and value > 1:
+                    tied.append((_number_index(launch, n), v - value))
+    if any(i < 0 for i, _ in tied):
+        return None
+    fn = sx.enclosing_function(launch)
+    where = sx.fn_name(fn) if fn is not None else "<file>"
+    bare = t.name.rsplit(":", 1)[-1]
+    blockish = len(tied) > 1
+    alone = knobs([t])
+    choices = _block_choices(t.value) if blockish else alone[0].choices if alone else ()
+    if not choices:
+        return None
+    what = "template argument, block and grid" if blockish else "template argument"
+    return Knob(f"{where}:{bare} ({what})", "launch_tied", path, launch.start_point[0] + 1,
+                t.value, choices, tied=tuple(sorted(set(tied), key=lambda p: p[1] != 0)))
+
+
+def _template_index(flow: _Flow, name: str) -> int | None:
+    bare = name.rsplit(":", 1)[-1]
+    for kernel in flow.kernels:
+        top = sx.definition(kernel)
+        plist = sx.field(top, "parameters") if top is not kernel else None
+        if plist is None:
+            continue
+        names = [sx.text(sx.field(p, "declarator") or p) for p in sx.named(plist)]
+        if bare in names:
+            return names.index(bare)
+    return None
+
+
+def _number_index(launch: sx.Node, literal: sx.Node) -> int:
+    """The literal's place among the numbers of its line, as params.py counts them."""
+    if literal.start_point[0] != launch.start_point[0]:
+        return -1
+    root = launch
+    while root.parent is not None:
+        root = root.parent
+    lines = (root.text or b"").split(b"\n")
+    row = lines[literal.start_point[0]].decode(errors="replace")
+    before = row.encode()[: literal.start_point[1]].decode(errors="replace")
+    return len(NUMBER.findall(before))

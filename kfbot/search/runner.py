@@ -51,7 +51,8 @@ from kfbot.search.experience import (
     relevant,
 )
 from kfbot.search.features import cell_of
-from kfbot.search.heldout import time_held_out
+from kfbot.search.flags import flag_plan, task_flags
+from kfbot.search.heldout import where_it_holds
 from kfbot.search.islands import (
     Evaluate,
     IslandSearch,
@@ -64,8 +65,7 @@ from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
 from kfbot.search.params import Knob, space_size
-from kfbot.search.pershape import held_out_slower, rows_of
-from kfbot.search.pershape import markdown as per_shape_markdown
+from kfbot.search.pershape import section as per_shape_section
 from kfbot.search.provenance import lesson_doubt, lesson_line
 from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
@@ -79,7 +79,10 @@ from kfbot.search.report import (
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
+from kfbot.search.sections import dropped_markdown, learned_from, llm_markdown
 from kfbot.search.stopping import RunStopped, shielded
+from kfbot.search.target import target_code
+from kfbot.search.variants import variants_where_timed
 from kfbot.search.winner import (
     Confirmed,
     NeedsParameters,
@@ -119,6 +122,7 @@ class Plan:
     knob_notes: tuple[str, ...] = ()
     # One line per rewrite: applies (through helpers or not), or why it does not.
     rule_notes: tuple[str, ...] = ()
+    flag_lines: tuple[str, ...] = ()  # the compiler settings searched, or why none
 
     def lines(self) -> list[str]:
         s = self.settings
@@ -137,6 +141,7 @@ class Plan:
         out += [f"  {note}" for note in self.knob_notes]
         out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
         out += [f"  {note}" for note in self.rule_notes]
+        out += self.flag_lines
         out.append(f"llm: {self.llm}")
         return out
 
@@ -150,7 +155,7 @@ def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
     why = explain_rewrites(mut.base_files(), task.editable_files, task.kernel_name,
                            mut.rewrites)
     return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes,
-                tuple(why))
+                tuple(why), flag_plan(task))
 
 
 def task_knobs(task: KernelTask) -> Reach:
@@ -186,6 +191,12 @@ class OptimizeOutcome:
     # The committed candidate verified and timed at held-out shapes (see `heldout`).
     held_out: Evaluation | None = None
     held_out_note: str = ""  # why held-out shapes were not timed, when they were not
+    # Rewrites whose output did not compile, each with its compiler message.
+    dropped_rewrites: Mapping[str, str] = field(default_factory=dict)
+    llm: dict[str, Any] | None = None  # what the LLM mutator spent, per improvement
+    # The repository's fastest other version of the op, per shape, where one was timed.
+    variants: Mapping[str, float] = field(default_factory=dict)
+    variant_note: str = ""
     # Stopped before the end (a signal, the hard time limit): why, the exit code the
     # command gives, and, with nothing confirmed, the fastest candidate verified so far.
     interrupted: str | None = None
@@ -194,7 +205,8 @@ class OptimizeOutcome:
 
 
 def cell_for(task: KernelTask, files: dict[str, str]) -> Cell:
-    return cell_of([u.text for u in units(task, files)], task.block)
+    return cell_of(target_code([u.text for u in units(task, files)], task.kernel_name),
+                   task.block)
 
 
 class GpuFacts(Protocol):
@@ -226,7 +238,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     budget = Budget(Limits(settings.evaluations, settings.seconds, settings.tokens,
                            settings.usd), spent={"evaluations": len(log.load())},
                     started=settings.started, reserve_s=settings.reserve_s)
-    mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm,
+    mut = Mutators(task, task_knobs(task).knobs, load_rewrites(), llm, flags=task_flags(task),
                    task_text=_task_text(task), batch=settings.batch,
                    lessons=_known_lessons(task, Where.of(engine.device)))
     original = Individual(ORIGINAL.hash, None, 0, cell_for(task, {}), 1.0, "done",
@@ -255,6 +267,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     except RunStopped as stop:  # write what is verified so far; the command says it stopped
         outcome = stopped_outcome(search.result(stop.reason), evaluations,
                                   mut.candidates, budget, stop, confirmed)
+        outcome.dropped_rewrites, outcome.llm = learned_from(mut)
         with shielded():
             outcome.files = write_outputs(task, outcome, run_dir, settings)
         return outcome
@@ -271,6 +284,11 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                                                                 mut.candidates, committed),
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
+    outcome.dropped_rewrites, outcome.llm = learned_from(mut)
+    if committed is not None and (budget.seconds_left() is None
+                                  or (budget.seconds_left() or 0.0) > budget.pace.again_s()):
+        outcome.variants, outcome.variant_note = variants_where_timed(
+            engine, task, [*committed[0].timings, *(held.timings if held and held.ok else ())])
     with shielded():
         outcome.files = write_outputs(task, outcome, run_dir, settings)
     return outcome
@@ -319,32 +337,6 @@ def stopped_outcome(result: SearchResult, evaluations: Mapping[str, Evaluation],
     return OptimizeOutcome(result, found[0] if found else None, found[1] if found else None,
                            budget.spent(), unconfirmed=(best[1], best[0]) if best else None,
                            interrupted=stop.reason, exit_code=stop.exit_code)
-
-
-def where_it_holds(engine: GpuFacts, committed: tuple[Evaluation, Candidate] | None
-                   ) -> tuple[tuple[Evaluation, Candidate] | None, Evaluation | None, str,
-                              str | None]:
-    """(what stays committed, its held-out evaluation, why none was made, why it is no
-    longer committed): a candidate significantly slower than the original at a held-out
-    shape is not committed without a size dispatch that keeps the original there."""
-    if committed is None:
-        return None, None, "", None
-    if not isinstance(engine, Engine):
-        return committed, None, "held-out shapes are timed only on the local GPU", None
-    held = time_held_out(engine, committed[1])
-    if held is None:
-        return committed, None, "no captured shape has a size to scale", None
-    if not held.ok:  # the original may fail there too: said, not held against it
-        return committed, held, (f"held-out shapes not compared: {held.stage}: "
-                                 f"{held.reason}"), None
-    slower = held_out_slower(rows_of([], held.timings))
-    if slower:
-        shapes = "; ".join(f"{r.shape}: {r.original_us:.2f} µs -> {r.candidate_us:.2f} µs"
-                           for r in slower)
-        return None, held, "", (f"`{committed[1].short}` is significantly slower than the "
-                                f"original at held-out shapes ({shapes}); it needs a size "
-                                "dispatch that keeps the original there")
-    return committed, held, "", None
 
 
 def lineage(cand: Candidate, candidates: Mapping[str, Candidate]) -> tuple[str, ...]:
@@ -500,6 +492,7 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
                   "```diff", patch, "```", ""]
     lines += _per_shape_section(outcome)
     lines += _parameters_section(task, outcome.needs_parameters)
+    lines += dropped_markdown(outcome.dropped_rewrites) + llm_markdown(outcome.llm)
     if outcome.adequacy is not None:
         lines += ["## Test adequacy", "", outcome.adequacy.summary() + ".", "",
                   outcome.adequacy.markdown(), ""]
@@ -511,13 +504,12 @@ def _markdown(task: KernelTask, outcome: OptimizeOutcome, series: Series,
 
 
 def _per_shape_section(outcome: OptimizeOutcome) -> list[str]:
-    """Where the committed candidate holds: captured and held-out shapes."""
+    """Where the committed candidate holds: captured and held-out shapes, beside the
+    repository's own variants where they were timed."""
     captured = outcome.committed[0].timings if outcome.committed else ()
     held = outcome.held_out.timings if outcome.held_out and outcome.held_out.ok else ()
-    if not captured and not held:
-        return []
-    note = [outcome.held_out_note + ".", ""] if outcome.held_out_note else []
-    return ["## Where it holds", "", *note, per_shape_markdown(rows_of(captured, held)), ""]
+    return per_shape_section(captured, held, outcome.variants,
+                             (outcome.held_out_note, outcome.variant_note))
 
 
 def _confirmation_lines(found: Confirmed | None) -> list[str]:
@@ -571,6 +563,9 @@ def _record(task: KernelTask, outcome: OptimizeOutcome) -> dict[str, Any]:
         "held_out": evaluation_json(task.kernel_name, outcome.held_out)
         if outcome.held_out else None,
         "held_out_note": outcome.held_out_note or None,
+        "dropped_rewrites": dict(outcome.dropped_rewrites),
+        "variants": dict(outcome.variants), "variant_note": outcome.variant_note or None,
+        "llm": outcome.llm,
         "interrupted": outcome.interrupted,
         "unconfirmed": {"candidate": outcome.unconfirmed[0].hash,
                         "speedup_in_search": round(outcome.unconfirmed[1], 6),

@@ -17,9 +17,11 @@ from kfbot.search.rewrites.propose import locate
 from kfbot.search.rewrites.registry import AS_WRITTEN, OWN_TEXT, PARAM_REWRITES
 from kfbot.search.rewrites.rowshape import row_kernel, why_not_row_kernel
 
-_ROWS = frozenset({"warp_per_row", "block_per_row", "row_map_per_block"})
+_ROWS = frozenset({"warp_per_row", "block_per_row", "row_map_per_block",
+                   "row_split_by_length"})
 _LAUNCHING = _ROWS | {"register_tiling", "register_tiling_large", "tiled_transpose",
-                      "launch_bounds", "warp_shuffle_reduction", "occupancy_sweep"}
+                      "launch_bounds", "warp_shuffle_reduction", "occupancy_2",
+                      "occupancy_4"}
 
 
 def explain(files: Mapping[str, str], editable: Sequence[str], kernel: str,
@@ -66,5 +68,8 @@ def _why(r: Rewrite, code: str, inlined: object, target: sx.Target) -> str:
             return why_not_row_kernel(kernels[0])
         if r.rewrite == "row_map_per_block":
             return "its row loops accumulate: a reduction, which the row-reduction rewrites take"
+        if r.rewrite == "row_split_by_length":
+            return ("its column loops do not all run to one parameter of the kernel, or a "
+                    "launch of it is not a `kernel<<<grid, block>>>(...);` statement")
         return "a launch of it is not a plain <<<grid, block>>> statement it can change"
     return f"it looks for: {r.applies_when}"

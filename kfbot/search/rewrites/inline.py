@@ -11,11 +11,18 @@ their own, parameters bound to plain names or literals are replaced by them and 
 are declared once (`const auto v_kfbot1 = x + row * cols;`), so nothing is evaluated
 twice and no name clashes. The helpers stay defined: another
 kernel may call them, and an unused device function costs nothing.
+
+A lambda declared in the kernel's body (`auto row_sum = [&](const float* v) {...};`)
+is inlined the same way at its calls after it, and its declaration removed once
+nothing calls it. Its captures are the kernel's own variables, visible by the same
+names where it is called; one captured by value (`[=]`) must not change between the
+lambda and its calls, or the inlined body would see the new value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kfbot.search.rewrites import syntax as sx
 
@@ -38,6 +45,7 @@ class _Helper:
     templated: bool
 
 
+@lru_cache(maxsize=64)  # every rewrite of a proposal round inlines the same file
 def inline_helpers(source: str, kernel: str) -> Inlined | None:
     """The source with the kernel's helper calls inlined, or None when it calls none
     that can be (or the name is not one kernel here)."""
@@ -57,14 +65,19 @@ def _one_round(source: str, kernel: str) -> tuple[str, list[str]] | None:
     kernels = sx.kernels_named(root, kernel)
     if len(kernels) != 1:
         return None
-    helpers = _helpers(root)
     fn = kernels[0]
+    lambdas = _lambdas(fn)
+    helpers = {**_helpers(root), **{h.name: h for h, _ in lambdas.values()}}
+    declarations = {decl.id for _, decl in lambdas.values()}
     src = source.encode()
     edits: list[sx.Edit] = []
     names: list[str] = []
     counter = [0]
     for stmt in _statements(fn):
-        found = _calls_in(stmt, helpers)
+        if stmt.id in declarations:
+            continue
+        found = [(call, h) for call, h in _calls_in(stmt, helpers)
+                 if h.name not in lambdas or call.start_byte > lambdas[h.name][1].end_byte]
         if not found:
             continue
         call, helper = found[-1]  # the innermost call first: its value feeds the outer
@@ -75,7 +88,113 @@ def _one_round(source: str, kernel: str) -> tuple[str, list[str]] | None:
         names.append(helper.name)
     if not edits:
         return None
-    return sx.splice(src, edits).decode(), names
+    return _without_unused_lambdas(sx.splice(src, edits).decode(), kernel), names
+
+
+def _lambdas(fn: sx.Node) -> dict[str, tuple[_Helper, sx.Node]]:
+    """The lambdas declared directly in the kernel's statements that can be inlined, by
+    name, with their declaration."""
+    out: dict[str, tuple[_Helper, sx.Node]] = {}
+    statements = _statements(fn)
+    for at, stmt in enumerate(statements):
+        found = _lambda_of(stmt)
+        if found is None:
+            continue
+        name, lam = found
+        helper = _lambda_helper(name, lam)
+        if helper is None or not _captures_hold(lam, statements[at + 1:], fn):
+            continue
+        out[name] = (helper, stmt)
+    return out
+
+
+def _lambda_of(stmt: sx.Node) -> tuple[str, sx.Node] | None:
+    if stmt.type != "declaration":
+        return None
+    decls = stmt.children_by_field_name("declarator")
+    if len(decls) != 1 or decls[0].type != "init_declarator":
+        return None
+    name, value = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+    if name is None or name.type != "identifier" or value is None \
+            or value.type != "lambda_expression":
+        return None
+    return sx.text(name), value
+
+
+def _lambda_helper(name: str, lam: sx.Node) -> _Helper | None:
+    body = sx.field(lam, "body")
+    declarator = sx.field(lam, "declarator")
+    if body is None or (declarator is not None and "mutable" in sx.text(declarator)):
+        return None
+    plist = sx.field(declarator, "parameters") if declarator is not None else None
+    params = [p for p in sx.named(plist) if p.type == "parameter_declaration"] \
+        if plist is not None else []
+    found = _body_parts(body)
+    typed = _typed_params(params)
+    if found is None or typed is None:
+        return None
+    stmts, result = found
+    templated = any(kind.startswith("auto") or "auto" in kind.split() for _, kind in typed)
+    return _Helper(name, tuple(typed), stmts, result, templated)
+
+
+def _captures_hold(lam: sx.Node, after: list[sx.Node], fn: sx.Node) -> bool:
+    """A by-value capture is not assigned after the lambda; no captured name is declared
+    twice in the kernel (a call site could see another variable by that name)."""
+    captures = sx.field(lam, "captures")
+    text = "".join(sx.text(captures).split()) if captures is not None else "[]"
+    body = sx.field(lam, "body")
+    declarator = sx.field(lam, "declarator")
+    own = set(_declared_in(body)) | {n for n, _ in _typed_params(
+        [p for p in sx.named(sx.field(declarator, "parameters") or lam)
+         if p.type == "parameter_declaration"] if declarator is not None else []) or []}
+    free = sx.identifiers(body) - own if body is not None else set()
+    counts: dict[str, int] = {}
+    for name in _declared_in(fn):
+        counts[name] = counts.get(name, 0) + 1
+    if any(counts.get(name, 0) > 1 for name in free):
+        return False
+    by_value = text == "[=]" or (text not in ("[&]", "[]") and not text.startswith("[&"))
+    return not by_value or not any(sx.assigned(s, name) for s in after for name in free)
+
+
+def _declared_in(node: sx.Node | None) -> list[str]:
+    out: list[str] = []
+    for n in sx.walk(node) if node is not None else ():
+        if n.type == "init_declarator":
+            target = sx.field(n, "declarator")
+            while target is not None and target.type in ("pointer_declarator",
+                                                          "reference_declarator"):
+                target = sx.field(target, "declarator")
+            if target is not None and target.type == "identifier":
+                out.append(sx.text(target))
+        elif n.type == "declaration":
+            out += [sx.text(d) for d in n.children_by_field_name("declarator")
+                    if d.type == "identifier"]
+    return out
+
+
+def _without_unused_lambdas(source: str, kernel: str) -> str:
+    """The kernel less the declarations of lambdas nothing calls any more."""
+    root = sx.parse(source)
+    kernels = sx.kernels_named(root, kernel)
+    if len(kernels) != 1:
+        return source
+    fn = kernels[0]
+    uses: dict[str, int] = {}
+    for n in sx.walk(fn):
+        if n.type == "identifier":
+            uses[sx.text(n)] = uses.get(sx.text(n), 0) + 1
+    edits: list[sx.Edit] = []
+    src = source.encode()
+    for stmt in _statements(fn):
+        found = _lambda_of(stmt)
+        if found is not None and uses.get(found[0], 0) == 1:
+            line_start = src.rfind(b"\n", 0, stmt.start_byte) + 1
+            edits.append((line_start if not src[line_start:stmt.start_byte].strip()
+                          else stmt.start_byte, stmt.end_byte + 1 if src[stmt.end_byte:
+                          stmt.end_byte + 1] == b"\n" else stmt.end_byte, b""))
+    return sx.splice(src, edits).decode() if edits else source
 
 
 def _statements(fn: sx.Node) -> list[sx.Node]:
@@ -110,8 +229,20 @@ def _specifiers(fn: sx.Node) -> set[str]:
 
 def _helper(fn: sx.Node) -> _Helper | None:
     body = sx.field(fn, "body")
-    if body is None:
+    if body is None or sx.fn_name(fn).startswith("kfbot_") or _shared_or_typed(fn, body):
         return None
+    found = _body_parts(body)
+    params = _typed_params(sx.params(fn))
+    if found is None or params is None:
+        return None
+    stmts, result = found
+    templated = sx.definition(fn) is not fn
+    return _Helper(sx.fn_name(fn), tuple(params), stmts, result, templated)
+
+
+def _body_parts(body: sx.Node) -> tuple[tuple[sx.Node, ...], sx.Node | None] | None:
+    """(the statements less a final return, the returned expression) of a body whose
+    only return is its last statement; None for any other return."""
     stmts = sx.named(body)
     returns = [n for n in sx.walk(body) if n.type == "return_statement"]
     result: sx.Node | None = None
@@ -123,8 +254,13 @@ def _helper(fn: sx.Node) -> _Helper | None:
         stmts = stmts[:-1]
     elif returns:
         return None
-    params = []
-    for p in sx.params(fn):
+    return tuple(stmts), result
+
+
+def _typed_params(params: list[sx.Node]) -> list[tuple[str, str]] | None:
+    """(name, declared type) of each parameter; None when one has no name."""
+    out = []
+    for p in params:
         name = sx.param_name(p)
         if not name:
             return None
@@ -133,9 +269,22 @@ def _helper(fn: sx.Node) -> _Helper | None:
         if declarator is not None:  # the type: the parameter's text less its name
             declared = declared[: declarator.start_byte - p.start_byte] + \
                 sx.text(declarator).replace(name, "")
-        params.append((name, " ".join(declared.split())))
-    templated = sx.definition(fn) is not fn
-    return _Helper(sx.fn_name(fn), tuple(params), tuple(stmts), result, templated)
+        out.append((name, " ".join(declared.split())))
+    return out
+
+
+def _shared_or_typed(fn: sx.Node, body: sx.Node) -> bool:
+    """A helper that declares shared memory (a second inlined copy would declare it
+    again in the same scope) or names a parameter of its template in its body (which
+    means nothing in the kernel)."""
+    if any(n.type == "declaration" and "__shared__" in sx.qualifiers(n) for n in sx.walk(body)):
+        return True
+    top = sx.definition(fn)
+    plist = sx.field(top, "parameters") if top is not fn else None
+    types = {sx.text(c) for p in (sx.named(plist) if plist is not None else [])
+             for c in sx.named(p) if c.type in ("type_identifier", "identifier")}
+    words = {sx.text(n) for n in sx.walk(body) if n.type in ("type_identifier", "identifier")}
+    return bool(types & words)
 
 
 def _calls_in(stmt: sx.Node, helpers: dict[str, _Helper]) -> list[tuple[sx.Node, _Helper]]:
