@@ -5,6 +5,7 @@ exercises the runtime checks)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -64,5 +65,15 @@ def test_a_batch_builds_only_what_the_static_layer_let_through(tmp_path: Path) -
     assert rejected.built is None
     assert "concurrency" in {f.check for f in rejected.findings if f.severity == "strict"}
     assert built.built is not None and built.built.stage in ("compile", "link", "done")
-    staged = [p for p in (tmp_path / "build" / "stage").iterdir() if p.is_dir()]
-    assert len(staged) == 1, staged  # the honest candidate's sources only
+    # What was staged (the honest candidate's sources, and the fast path's split of them)
+    # holds nothing of the cheat's own text.
+    staged = [f.read_text(errors="replace") for f in (tmp_path / "build" / "stage").rglob("*")
+              if f.is_file()]
+    def lines(texts: Iterable[str]) -> set[str]:
+        return {line.strip() for text in texts for line in text.splitlines()}
+
+    original = [(FIXTURES / cheat.fixture / path).read_text() for path in cheat.files]
+    cheat_lines = lines(cheat.files.values()) - lines(honest.files.values()) - lines(original)
+    cheat_lines = {line for line in cheat_lines if len(line) > 12}
+    assert staged and cheat_lines
+    assert not any(line in text for line in cheat_lines for text in staged)
