@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from kfbot.anticheat.static import Source, StaticInput
+from kfbot.anticheat.units import Source, StaticInput
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate, nvcc_flags
 from kfbot.evaluate.task import KernelTask
 from kfbot.scan.cuda_facts import extract_cuda_facts
