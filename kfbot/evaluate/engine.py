@@ -26,7 +26,6 @@ from kfbot.anticheat.findings import Finding, strict
 from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
-from kfbot.anticheat.sources import kernel_names, recipe_for, static_input, units
 from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.baseline import amended, comparison_step
@@ -61,6 +60,7 @@ from kfbot.evaluate.redrawn import distribution_trials, precision_finding
 from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
 from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.sources import kernel_names, recipe_for, static_input, units
 from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.evaluate.worker import JobResult, WorkerSession

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kfbot.anticheat.adequacy import Adequacy
-from kfbot.anticheat.sources import units
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.engine import Engine
@@ -35,6 +34,7 @@ from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.report import to_json as evaluation_json
 from kfbot.evaluate.report import to_markdown as evaluation_markdown
 from kfbot.evaluate.scope import shared_names
+from kfbot.evaluate.sources import units
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import kfbot_folder
 from kfbot.search.archive import Individual
