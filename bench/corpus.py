@@ -4,7 +4,9 @@
     fixtures/cheats/<name>/files/<path>          the files it replaces in its fixture
 
 `run_corpus` evaluates entries with the real engine (a GPU is needed) and says, for
-each, which checks named it: the GPU test and `bench/anticheat.py` both use it.
+each, which checks named it: the GPU test and `bench/anticheat.py` both use it. It sits
+beside the benchmarks, above kfbot: it drives the evaluation engine with the checks of
+`kfbot.anticheat`, which themselves import nothing of the engine.
 """
 
 from __future__ import annotations
