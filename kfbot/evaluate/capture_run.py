@@ -115,6 +115,26 @@ class CaptureResult:
 
 
 @dataclass(frozen=True)
+class MutantRuns:
+    """The tests `targets` run once per mutant of the op's result, recording nothing: what
+    the test adequacy gate asks for (`kfbot.anticheat.adequacy.MutantRunner`). `staged`
+    makes kfbot's build of the extension importable under its real name, `extra_env`
+    is what the tree of the repository's own build needs."""
+
+    root: Path
+    targets: tuple[str, ...]
+    op: OpRef
+    timeout_s: float = 600
+    staged: tuple[StagedModule, ...] = ()
+    extra_env: Mapping[str, str] | None = None
+
+    def run(self, mutant: str) -> CaptureResult:
+        return capture_signatures(self.root, self.targets, [self.op], timeout_s=self.timeout_s,
+                                  max_calls=0, mutant=mutant, staged=self.staged,
+                                  extra_env=self.extra_env)
+
+
+@dataclass(frozen=True)
 class _Planned:
     """One process to run: its command, folder and the environment it adds."""
 

@@ -33,6 +33,7 @@ from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
 from kfbot.evaluate.build.inline import inline_sources
 from kfbot.evaluate.build.kernel_builder import is_kernel_builder
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
+from kfbot.evaluate.capture_run import MutantRuns
 from kfbot.evaluate.contract import (
     Contract,
     Trial,
@@ -447,9 +448,9 @@ class Engine:
         if cached is not None:
             return cached
         tree, env = self.prep.test_tree()
-        gate = check_adequacy(tree, self.task.test_targets, self.prep.op_ref(),
-                              timeout_s=self.settings.capture_timeout_s,
-                              staged=self.prep.staged(), extra_env=env)
+        gate = check_adequacy(MutantRuns(tree, tuple(self.task.test_targets), self.prep.op_ref(),
+                                         timeout_s=self.settings.capture_timeout_s,
+                                         staged=self.prep.staged(), extra_env=env))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
