@@ -11,20 +11,19 @@ from pathlib import Path
 
 from kfbot import git
 from kfbot.cache import cache_dir
-from kfbot.changes import (
-    BrokenPairing,
-    ChangedKernel,
-    Comparison,
-    broken_pairings,
-    changed_kernels,
-    changed_paths,
-    compare_with_base,
-)
 from kfbot.commands.action import GPU_HINT, Context, problem_annotations, require_gpu
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
+from kfbot.evaluate.against_base import Comparison, compare_with_base
 from kfbot.github.action_io import Annotation, Level, Result
 from kfbot.github.events import PullRequestEvent
 from kfbot.github.status import State, StatusReport, withheld
+from kfbot.scan.changes import (
+    BrokenPairing,
+    ChangedKernel,
+    broken_pairings,
+    changed_kernels,
+    changed_paths,
+)
 from kfbot.scan.scanner import scan
 
 log = logging.getLogger(__name__)
