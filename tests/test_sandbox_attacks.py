@@ -397,7 +397,8 @@ def test_kfbots_memory_is_out_of_reach_of_its_users_other_processes(protected: b
     """As another user (root may read any memory): a child of kfbot of the same user can
     open neither kfbot's memory nor its environment once kfbot protected itself."""
     python = "/usr/bin/python3"
-    protect = "from kfbot.credentials import protect\nprotect()\n" if protected else ""
+    protect = ("from kfbot.evaluate.sandbox.credentials import protect\nprotect()\n"
+               if protected else "")
     code = HOLDER.format(protect=protect, peek=PEEK)
     done = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],

@@ -244,7 +244,7 @@ with open(sys.argv[1], "w") as f:
 """
 DRIVER = """
 import subprocess, sys
-from kfbot.credentials import protect
+from kfbot.evaluate.sandbox.credentials import protect
 protect()
 from kfbot.evaluate.sandbox import untrusted_env
 subprocess.run([sys.executable, "-c", {attack!r}, {out!r}], env=untrusted_env(), check=True)

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING
 
 from github.Repository import Repository
 
-from kfbot import credentials, git
+from kfbot import git
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
 from kfbot.commands.progress import build_heartbeat, log_group
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
+from kfbot.evaluate.sandbox import credentials
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.worker import WorkerSession
 from kfbot.github import action_io
@@ -180,10 +181,10 @@ class Action:
 def _keep_secrets_from_subprocesses() -> None:
     """Take every secret out of the environment that compilers, git and tests inherit.
 
-    kfbot holds them in memory (`kfbot.credentials`, the action's inputs) and hands them
-    to the one `git push` and the API clients that need them. `kfbot action` started as a
-    program has already re-executed itself without them; this covers a caller that runs
-    it in-process.
+    kfbot holds them in memory (`kfbot.evaluate.sandbox.credentials`, the action's inputs)
+    and hands them to the one `git push` and the API clients that need them. `kfbot
+    action` started as a program has already re-executed itself without them; this covers
+    a caller that runs it in-process.
     """
     for name in (*(action_io.env_name(n) for n in action_io.SECRET_INPUTS), "GITHUB_TOKEN",
                  "GH_TOKEN", "ANTHROPIC_API_KEY"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kfbot import credentials, extras
+from kfbot import extras
 from kfbot.cache import cache_dir
 from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
@@ -26,6 +26,7 @@ from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate import report
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.evaluate.sandbox import credentials
 from kfbot.evaluate.steps import first_failure
 from kfbot.evaluate.task import KernelTask, TaskError, make_task
 from kfbot.evaluate.unready import unready_steps

@@ -18,7 +18,9 @@ and mount namespaces, made by bubblewrap or by `unshare` with a user namespace, 
     argv = confined(argv, cwd=copy, writable=[copy, out])   # then Popen(argv, ...)
     status = exit_code(proc.returncode)
 
-`launch` is the program that finishes the set-up inside.
+`launch` is the program that finishes the set-up inside. `credentials` is the other
+side of the same boundary: the secrets kfbot's own process holds, read once at start
+and kept out of every environment it passes on.
 """
 
 from kfbot.evaluate.sandbox.environment import (

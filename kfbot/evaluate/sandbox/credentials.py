@@ -34,7 +34,7 @@ import tempfile
 import urllib.parse
 from collections.abc import Mapping, Sequence
 
-from kfbot.evaluate.sandbox import allowed, is_secret_name
+from kfbot.evaluate.sandbox.environment import allowed, is_secret_name
 
 CARRIER = "KFBOT_CARRIED_ENV_FD"
 _KEPT_NAMES = frozenset({
