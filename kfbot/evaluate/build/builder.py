@@ -41,6 +41,7 @@ from kfbot.evaluate.build.model import (
     BuildRequest,
     BuildResult,
     BuildStage,
+    CompiledObject,
     ObjectPlan,
     StageError,
     Staging,
@@ -86,20 +87,6 @@ class _Run:
     output: str
     seconds: float = 0.0
     timeout_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class CompiledObject:
-    """One object file, compiled now or found in the cache, with its compiler output."""
-
-    plan: ObjectPlan
-    path: Path
-    ok: bool
-    reused: bool
-    log: str
-    returncode: int | None = 0
-    seconds: float = 0.0  # compile time; 0 for a reused object
-    timeout_s: float = 0.0  # the limit it ran under
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

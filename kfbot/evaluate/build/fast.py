@@ -19,15 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kfbot.evaluate.build import flags as cmd
 from kfbot.evaluate.build.model import (
     BuildPlan,
     BuildRequest,
     BuildResult,
+    CompiledObject,
     ObjectPlan,
     StagedFile,
+    Staging,
     digest,
 )
 from kfbot.evaluate.build.split import (
@@ -39,10 +41,23 @@ from kfbot.evaluate.build.split import (
     split_unit,
 )
 from kfbot.evaluate.build.stage import normal, write_stage
+from kfbot.evaluate.build.toolkit import Toolkit
 from kfbot.evaluate.model import Diagnostic
 
-if TYPE_CHECKING:
-    from kfbot.evaluate.build.builder import Builder, CompiledObject
+
+class Compiler(Protocol):
+    """What the fast path asks of the builder that owns it (`builder.Builder`)."""
+
+    toolkit: Toolkit
+    cache_dir: Path
+
+    def plan(self, request: BuildRequest) -> BuildPlan: ...
+    def compile_object(self, plan: BuildPlan, obj: ObjectPlan) -> CompiledObject: ...
+    def compile_in(self, directory: Path, obj: ObjectPlan) -> CompiledObject: ...
+    def link_objects(self, plan: BuildPlan, objects: Sequence[CompiledObject],
+                     started: float) -> BuildResult: ...
+    def object_diagnostics(self, staging: Staging, item: CompiledObject) -> list[Diagnostic]: ...
+
 
 # nvcc 13 gives a template kernel's host stub internal linkage unless told otherwise;
 # the host part launches instantiations that the kernel's unit defines.
@@ -62,7 +77,7 @@ class _Origin:
 
 
 class FastPath:
-    def __init__(self, builder: Builder) -> None:
+    def __init__(self, builder: Compiler) -> None:
         self.builder = builder
         self._guard = threading.Lock()
         self._origins: dict[str, _Origin] = {}
@@ -273,7 +288,7 @@ def _unit_plan(plan: BuildPlan, unit: str, files: Mapping[str, str], nvcc: str,
     return ObjectPlan(unit, command, cmd.object_key(command, unit, files[unit], headers), True)
 
 
-def _staged(builder: Builder, plan: BuildPlan, files: Mapping[str, str]) -> Path:
+def _staged(builder: Compiler, plan: BuildPlan, files: Mapping[str, str]) -> Path:
     """A stage folder holding the plan's files with `files` in place of theirs."""
     staged: dict[str, StagedFile] = dict(plan.staging.files)
     staged.update({p: replace(staged[p], text=t) for p, t in files.items() if p in staged})
@@ -283,7 +298,7 @@ def _staged(builder: Builder, plan: BuildPlan, files: Mapping[str, str]) -> Path
     return directory
 
 
-def _first_error(builder: Builder, plan: BuildPlan, made: CompiledObject) -> str:
+def _first_error(builder: Compiler, plan: BuildPlan, made: CompiledObject) -> str:
     found = builder.object_diagnostics(plan.staging, made)
     first = next((d for d in found if d.severity == "error"), None)
     if first is None:
