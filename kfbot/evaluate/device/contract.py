@@ -23,9 +23,10 @@ import torch
 
 from kfbot.evaluate.compare import tolerance_for
 from kfbot.evaluate.contract import MEMORY_SHARE, Trial, Verdict
-from kfbot.evaluate.device.jobs import leniency, references_for, wrong_output
+from kfbot.evaluate.device.jobs import wrong_output
 from kfbot.evaluate.device.lenient import Leniency
 from kfbot.evaluate.device.loading import Op, load_op
+from kfbot.evaluate.device.references import leniency, references_for
 from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import InputSet
 from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, Tolerance

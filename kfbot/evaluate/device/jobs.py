@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,8 +18,8 @@ from kfbot.evaluate.contract import RECORDED, Trial, shape_label
 from kfbot.evaluate.device import environment, health
 from kfbot.evaluate.device.cleanroom import save_outputs
 from kfbot.evaluate.device.cleanroom import specs as clean_specs
-from kfbot.evaluate.device.lenient import Leniency, leniency_of, relaxed
-from kfbot.evaluate.device.loading import Op, load_op, load_reference
+from kfbot.evaluate.device.lenient import Leniency, relaxed
+from kfbot.evaluate.device.loading import Op, load_op
 from kfbot.evaluate.device.precision import precision, precision_record
 from kfbot.evaluate.device.probes import (
     Launch,
@@ -28,6 +27,7 @@ from kfbot.evaluate.device.probes import (
     kernel_identifier,
     launches,
 )
+from kfbot.evaluate.device.references import leniency, references_for
 from kfbot.evaluate.device.retime import RetimeSettings, measure
 from kfbot.evaluate.device.timed import second_timer, timed_check
 from kfbot.evaluate.device.timing import Swaps, TimingSettings, interleaved
@@ -47,7 +47,6 @@ from kfbot.evaluate.device.verify import (
 )
 from kfbot.evaluate.distributions import Phase, SeedSchedule
 from kfbot.evaluate.inputs import make_args, storage_extent
-from kfbot.evaluate.reference import belongs
 from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.tolerances import Tolerance
 from kfbot.evaluate.worker import cuda_error_kind
@@ -201,11 +200,6 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"shapes": shapes, "environment": environment.describe()}
 
 
-def leniency(specs: Sequence[Mapping[str, Any]]) -> Leniency | None:
-    """What the repository's test's own comparison accepts (its first reference's)."""
-    return leniency_of(next((str(s.get("comparison") or "") for s in specs), ""))
-
-
 def wrong_output(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
                  overrides: Mapping[str, Tolerance],
                  lenient: Leniency | None = None) -> str | None:
@@ -326,33 +320,6 @@ def _launch_records(original: Op, candidate: Op, inputs: InputSet,
 
 def _copies(inputs: InputSet) -> tuple[list[Any], dict[str, Any]]:
     return clone(inputs.args), clone(inputs.kwargs)
-
-
-def references_for(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
-    loaded = [(spec, load_reference(spec)) for spec in specs]
-
-    def for_inputs(inputs: InputSet) -> Op | None:
-        for spec, fn in loaded:
-            via = inputs.via
-            if spec.get("outer"):
-                # Over the wrapper's arguments: usable on calls that came through it.
-                if via is not None and via.outer == spec["outer"] and \
-                        belongs(spec, _arity(fn), len(via.args), inputs.tests):
-                    adapted = via.adapt(fn)
-                    if adapted is not None:
-                        return adapted
-            elif belongs(spec, _arity(fn), len(inputs.args), inputs.tests):
-                return fn
-        return None
-
-    return for_inputs
-
-
-def _arity(fn: Op) -> int:
-    try:
-        return len(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return -1
 
 
 def _input_sets(
