@@ -25,7 +25,8 @@ from kfbot.scan.flag_edit import flag_list, flags_only_change, with_values
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.flags import flag_space, propose_flags, render, state_of
-from kfbot.search.runner import OptimizeSettings, make_plan, optimize
+from kfbot.search.plan import OptimizeSettings, make_plan
+from kfbot.search.runner import optimize
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "naive_real"
 SETUP = """\

@@ -26,16 +26,10 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.executor import ReplayExecutor
 from kfbot.search.mutators import Mutators
+from kfbot.search.plan import OptimizeSettings
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import read_record
-from kfbot.search.runner import (
-    OptimizeOutcome,
-    OptimizeSettings,
-    credited,
-    headline,
-    lineage,
-    optimize,
-)
+from kfbot.search.runner import OptimizeOutcome, credited, headline, lineage, optimize
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
 SHAPES = ((4096, 1024), (7, 33))

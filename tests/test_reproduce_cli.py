@@ -28,7 +28,8 @@ from kfbot.scan.select import select_kernel
 from kfbot.search.archive import Individual
 from kfbot.search.islands import SearchResult
 from kfbot.search.model import Cell
-from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, write_outputs
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import OptimizeOutcome, write_outputs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "load_elementwise"
 

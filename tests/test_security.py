@@ -38,7 +38,8 @@ from kfbot.search.branch import commit_detached, write_branch
 from kfbot.search.islands import SearchResult
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
-from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, write_outputs
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import OptimizeOutcome, write_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

@@ -66,7 +66,8 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from kfbot.github.publish import Winner
     from kfbot.search.llm import LlmMutator
-    from kfbot.search.runner import OptimizeOutcome, OptimizeSettings
+    from kfbot.search.plan import OptimizeSettings
+    from kfbot.search.runner import OptimizeOutcome
 
 # The search (and the anthropic SDK under it, seconds to import) is imported only where
 # a GPU search really runs: comment handling and the guard start without it.
@@ -472,7 +473,7 @@ def optimize_kernel(ctx: Context, spec: str, s: SearchSettings, github: GithubCo
 
 
 def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
-    from kfbot.search.runner import OptimizeSettings
+    from kfbot.search.plan import OptimizeSettings
 
     seed = int.from_bytes(os.urandom(4), "little") >> 1
     return OptimizeSettings(islands=s.islands, seed=seed, evaluations=s.evaluations,
@@ -481,7 +482,7 @@ def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
 
 def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
     from kfbot.search.llm import NO_KEY_NOTICE
-    from kfbot.search.runner import make_plan
+    from kfbot.search.plan import make_plan
 
     llm = "on" if llm_key else NO_KEY_NOTICE
     plan = "\n".join(make_plan(task, _optimize_settings(s), llm).lines())
@@ -510,8 +511,7 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
 def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
                         github: GithubConfig, before_publish: Callable[[], None] | None,
                         status: Callable[[str], None] | None) -> Result:
-    from kfbot.commands.optimize import call_all
-    from kfbot.search.stopping import RunStopped, stop_on
+    from kfbot.search.stopping import RunStopped, call_all, stop_on
 
     settings = _optimize_settings(s)
     run_dir = kfbot_folder(task.root, "runs", f"{task.kernel_name}-{settings.seed}")
@@ -528,9 +528,9 @@ def _searched(ctx: Context, task: KernelTask, settings: OptimizeSettings, run_di
               status: Callable[[str], None] | None, stoppers: list[Callable[[], None]]
               ) -> tuple[OptimizeOutcome, OptimizeSettings]:
     """The search, and the settings it ran with (the time it kept for reproducing)."""
-    from kfbot.commands.optimize import FINISH_S, reproduction_s
     from kfbot.search.budget import Budget, Limits
     from kfbot.search.llm import LlmMutator, LlmSettings
+    from kfbot.search.plan import FINISH_S, reproduction_s
 
     with _engine(ctx, task) as engine:
         stoppers.append(engine.builder.stop)
@@ -547,9 +547,9 @@ def _searched(ctx: Context, task: KernelTask, settings: OptimizeSettings, run_di
 def _published(ctx: Context, task: KernelTask, outcome: OptimizeOutcome,
                settings: OptimizeSettings, run_dir: Path, github: GithubConfig,
                before_publish: Callable[[], None] | None) -> Result:
-    from kfbot.commands.optimize import too_late
     from kfbot.github.publish import PublishSettings, publish, winner_of
     from kfbot.search.experience import DEFAULT_PATH, read_lessons
+    from kfbot.search.plan import too_late
     from kfbot.search.runfolder import reproduce_run
 
     report = outcome.files["report"].read_text(encoding="utf-8")

@@ -37,20 +37,12 @@ from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
+from kfbot.search.plan import FINISH_S, OptimizeSettings, make_plan, reproduction_s, too_late
 from kfbot.search.runfolder import UNCONFIRMED_PATCH, reproduce_run
-from kfbot.search.runner import (
-    GpuFacts,
-    OptimizeOutcome,
-    OptimizeSettings,
-    make_plan,
-    optimize,
-)
-from kfbot.search.stopping import RunStopped, stop_on
+from kfbot.search.runner import GpuFacts, OptimizeOutcome, optimize
+from kfbot.search.stopping import RunStopped, call_all, stop_on
 
 log = logging.getLogger(__name__)
-
-# Seconds of `--time` kept for writing the report, the patch and the branch.
-FINISH_S = 10.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -196,17 +188,6 @@ def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespa
                                         executor), settings
 
 
-def call_all(functions: list[Callable[[], None]]) -> None:
-    for function in functions:
-        function()
-
-
-def reproduction_s(slowest_compile_s: float) -> float:
-    """About how long a reproduction takes: the repository's own build (its slowest
-    unit, as kfbot's build of the original took) and the timing."""
-    return 1.5 * slowest_compile_s + 60.0
-
-
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
             settings: OptimizeSettings, args: argparse.Namespace, console: Console,
             gpus: list[int]) -> int:
@@ -285,18 +266,6 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
     for warning in published.warnings:
         say(f"warning: {warning}")
     return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
-
-
-def too_late(settings: OptimizeSettings) -> str:
-    """Why there is no time left to reproduce before `--time` ends, or ""."""
-    if settings.seconds is None or settings.started is None:
-        return ""
-    left = settings.seconds - (time.monotonic() - settings.started)
-    need = settings.reserve_s - FINISH_S
-    if left >= need:
-        return ""
-    return (f"{left:.0f} s of the time limit are left and a reproduction takes about "
-            f"{need:.0f} s")
 
 
 def _require_baseline(task: KernelTask, base: Evaluation, console: Console) -> None:
