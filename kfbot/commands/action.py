@@ -31,7 +31,6 @@ from github.Repository import Repository
 from kfbot import git
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
-from kfbot.commands.progress import build_heartbeat, log_group
 from kfbot.config import Config, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
@@ -59,6 +58,7 @@ from kfbot.scan.model import ScanReport
 from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.search.progress import build_heartbeat, log_group
 from kfbot.text import printable, utf8_safe
 
 log = logging.getLogger(__name__)
@@ -493,7 +493,7 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
             llm: LlmMutator | None, status: Callable[[str], None] | None) -> OptimizeOutcome:
     """The search, a line per evaluation in the job's log and, for a comment command,
     the best so far on its status comment every few minutes."""
-    from kfbot.commands import progress
+    from kfbot.search import progress
     from kfbot.search.executor import EngineExecutor
     from kfbot.search.runner import optimize
 

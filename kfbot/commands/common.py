@@ -8,7 +8,6 @@ from pathlib import Path
 
 from kfbot import extras
 from kfbot.cache import cache_dir
-from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
@@ -21,6 +20,7 @@ from kfbot.evaluate.task import KernelTask, TaskError, make_task
 from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.search import progress
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,8 @@ from rich.console import Console
 
 from kfbot import extras
 from kfbot.cache import cache_dir
-from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_repo_arguments, duration_argument, percent_argument
-from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
 from kfbot.evaluate import report
@@ -33,11 +31,13 @@ from kfbot.evaluate.unready import unready_steps
 from kfbot.paths import kfbot_folder
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.search import progress
 from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
 from kfbot.search.plan import FINISH_S, OptimizeSettings, make_plan, reproduction_s, too_late
+from kfbot.search.progress import log_group
 from kfbot.search.runfolder import UNCONFIRMED_PATCH, reproduce_run
 from kfbot.search.runner import GpuFacts, OptimizeOutcome, optimize
 from kfbot.search.stopping import RunStopped, call_all, stop_on
@@ -289,7 +289,7 @@ def search_with_progress(task: KernelTask, settings: OptimizeSettings, run_dir: 
                          llm: LlmMutator | None, console: Console, gpu: GpuFacts,
                          executor: Executor) -> OptimizeOutcome:
     """The search, shown as it goes: the live table on a terminal, else a line per
-    evaluation and a heartbeat (see kfbot.commands.progress)."""
+    evaluation and a heartbeat (see kfbot.search.progress)."""
     shown = progress.for_stream(sys.stdout, settings.islands, settings.evaluations, console)
     watched = progress.Watched(executor, shown)
     try:
