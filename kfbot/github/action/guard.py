@@ -11,9 +11,11 @@ from pathlib import Path
 
 from kfbot import git
 from kfbot.cache import cache_dir
-from kfbot.commands.action import GPU_HINT, Context, problem_annotations, require_gpu
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
 from kfbot.evaluate.against_base import Comparison, compare_with_base
+from kfbot.github.action.context import Context
+from kfbot.github.action.gpu import GPU_HINT, require_gpu
+from kfbot.github.action.scan import problem_annotations
 from kfbot.github.action_io import Annotation, Level, Result
 from kfbot.github.events import PullRequestEvent
 from kfbot.github.status import State, StatusReport, withheld

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from github.Repository import Repository
 
-from kfbot.commands.action import Context
 from kfbot.config import GithubConfig
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, KfbotError
+from kfbot.github.action.context import Context
 from kfbot.github.action_io import Result
 from kfbot.github.api import DEFAULT_RETRY, call
 from kfbot.github.authorize import policy_on_default_branch, read_head
