@@ -20,8 +20,8 @@ from kfbot.anticheat.adequacy import (
     MutantVerdict,
     check_adequacy,
 )
-from kfbot.evaluate.capture_run import MutantRuns
-from kfbot.evaluate.signature import OpRef
+from kfbot.evaluate.capture.collect import MutantRuns
+from kfbot.evaluate.capture.signature import OpRef
 
 pytest.importorskip("torch")
 

@@ -7,7 +7,7 @@ import pytest
 
 from kfbot.anticheat.physics import MAX_SPEEDUP, ShapeRate, physics_findings
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
-from kfbot.evaluate.stats import compare_times
+from kfbot.evaluate.verdict.stats import compare_times
 
 torch = pytest.importorskip("torch")
 

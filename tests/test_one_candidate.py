@@ -18,10 +18,10 @@ import pytest
 
 from kfbot.config import Config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, failed
-from kfbot.evaluate.signature import CallSignature, TensorSpec
-from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.executor import ReplayExecutor

@@ -91,8 +91,8 @@ def test_attack():
 DRIVER_SETUP = """
 import json, sys
 from pathlib import Path
-from kfbot.evaluate.build.own import OwnBuilder, own_recipe
-from kfbot.evaluate.processes import run_process
+from kfbot.evaluate.build.layouts.own import OwnBuilder, own_recipe
+from kfbot.evaluate.sandbox.processes import run_process
 from kfbot.evaluate.sandbox import sandbox, untrusted_env
 root, scratch = Path(sys.argv[1]), Path(sys.argv[2])
 build = OwnBuilder(scratch, timeout_s=120).original(root, own_recipe("setup.py"))
@@ -104,9 +104,9 @@ print(json.dumps({"method": sandbox().method, "why": build.why, "tail": build.ta
 DRIVER_CAPTURE = """
 import json, sys
 from pathlib import Path
-from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.capture.collect import capture_signatures
 from kfbot.evaluate.sandbox import sandbox
-from kfbot.evaluate.signature import OpRef
+from kfbot.evaluate.capture.signature import OpRef
 result = capture_signatures(Path(sys.argv[1]), ["tests/test_attack.py"],
                             [OpRef.parse("myops.scale")], timeout_s=120)
 print(json.dumps({"method": sandbox().method, "tail": result.runs[0].ran.tail}))
@@ -114,7 +114,7 @@ print(json.dumps({"method": sandbox().method, "tail": result.runs[0].ran.tail}))
 DRIVER_WORKER = """
 import json, sys
 from kfbot.evaluate.sandbox import sandbox
-from kfbot.evaluate.worker import WorkerSession
+from kfbot.evaluate.worker.session import WorkerSession
 folder, repo, mark, outside = sys.argv[1:5]
 with WorkerSession(python_path=[folder], cwd=repo, startup_timeout_s=120) as session:
     result = session.call("planted_job:attack_job",

@@ -10,7 +10,7 @@ the test lets through.
 
 The gate decides; it does not run anything. It asks for the runs through
 `MutantRunner`, which the evaluation engine implements with its capture of the tests
-(`kfbot.evaluate.capture_run.MutantRuns`): anti-cheating imports nothing of the engine.
+(`kfbot.evaluate.capture.collect.MutantRuns`): anti-cheating imports nothing of the engine.
 """
 
 from __future__ import annotations

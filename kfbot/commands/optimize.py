@@ -21,13 +21,13 @@ from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_repo_arguments, duration_argument, percent_argument
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
-from kfbot.evaluate import report
+from kfbot.evaluate import render
+from kfbot.evaluate.baseline.steps import first_failure
+from kfbot.evaluate.baseline.unready import unready_steps
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.sandbox import credentials
-from kfbot.evaluate.steps import first_failure
 from kfbot.evaluate.task import KernelTask, TaskError, make_task
-from kfbot.evaluate.unready import unready_steps
 from kfbot.paths import kfbot_folder
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         except TaskError as exc:  # this kernel cannot run; the others still can
             console.print(f"{kernel.id}: not optimized: {exc}", highlight=False,
                           markup=False, soft_wrap=True)
-            report.print_steps(unready_steps(kernel, scanned, exc), console)
+            render.print_steps(unready_steps(kernel, scanned, exc), console)
             worst = max(worst, exc.exit_code)
             continue
         with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
@@ -273,7 +273,7 @@ def _require_baseline(task: KernelTask, base: Evaluation, console: Console) -> N
     first failure with its evidence and kfbot.yaml) before the search is refused."""
     failure = first_failure(base.steps)
     if failure is not None or not base.ok:
-        report.print_steps(base.steps, console)
+        render.print_steps(base.steps, console)
     if failure is not None and failure.step != "comparison":
         raise KfbotError(f"{task.kernel_id}: the baseline stopped at the {failure.step} step: "
                          f"{failure.summary} (`kfbot verify {task.kernel_name} --explain` "

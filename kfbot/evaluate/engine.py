@@ -28,22 +28,17 @@ from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
 from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.baseline import amended, comparison_step
+from kfbot.evaluate.baseline.preparation import Preparation
+from kfbot.evaluate.baseline.step_reports import amended, comparison_step
+from kfbot.evaluate.baseline.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
-from kfbot.evaluate.build.inline import inline_sources
-from kfbot.evaluate.build.kernel_builder import is_kernel_builder
+from kfbot.evaluate.build.layouts.kernel_builder import is_kernel_builder
+from kfbot.evaluate.build.layouts.load_inline import inline_sources
+from kfbot.evaluate.build.repository import staged_modules
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
-from kfbot.evaluate.capture_run import MutantRuns
-from kfbot.evaluate.contract import (
-    Contract,
-    Trial,
-    admitted,
-    lenient_findings,
-    size_trials,
-    standard_trials,
-    unverified_sizes,
-    with_contract,
-)
+from kfbot.evaluate.capture.collect import MutantRuns
+from kfbot.evaluate.capture.reach import split_by_launch
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.evaluation import (
     Check,
     Evaluation,
@@ -53,18 +48,23 @@ from kfbot.evaluate.evaluation import (
     shape_timings,
 )
 from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.inputs.contract import (
+    Contract,
+    Trial,
+    admitted,
+    lenient_findings,
+    size_trials,
+    standard_trials,
+    unverified_sizes,
+    with_contract,
+)
+from kfbot.evaluate.inputs.redrawn import distribution_trials, precision_finding
 from kfbot.evaluate.isolation import Isolation
 from kfbot.evaluate.neighbours import Neighbours
-from kfbot.evaluate.preparation import Preparation
-from kfbot.evaluate.reach import split_by_launch
-from kfbot.evaluate.redrawn import distribution_trials, precision_finding
-from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
-from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.sources import kernel_names, recipe_for, static_input, units
-from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.task import KernelTask, OpBinding
-from kfbot.evaluate.worker import JobResult, WorkerSession
+from kfbot.evaluate.worker.session import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
 
 JOBS = "kfbot.evaluate.device.jobs"
@@ -100,7 +100,7 @@ class EngineSettings:
     # A candidate's kernel compiled alone where it can be (`build.fast`); off only to
     # compare with the full build.
     fast_builds: bool = True
-    # Where the heartbeat of the repository's own build goes while it runs (build/own.py;
+    # Where the heartbeat of the repository's own build goes while it runs (build/layouts/own.py;
     # a function of a module's top level: Ray pickles it).
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -124,11 +124,11 @@ class Engine:
         # kernels share with the task's; by candidate, the kernels it must pass for.
         self.neighbours = Neighbours(task.neighbours, self._neighbour)
         self._shared: dict[str, tuple[str, ...]] = {}
-        # What the original did on each input kfbot added (`evaluate.contract`).
+        # What the original did on each input kfbot added (`evaluate.inputs.contract`).
         self._contract = Contract()
         self._contract_seed = secrets.randbits(48)
         # The run's private seed schedule: redrawn inputs, warm-up, timed and repeated
-        # calls (`evaluate.distributions`); never written out.
+        # calls (`evaluate.inputs.distributions`); never written out.
         self._schedule_root = secrets.randbits(63)
         # The judge worker and what the device said between jobs (`isolation`).
         self.isolation = Isolation(self._new_session, settings.cache_dir / "clean-room" /

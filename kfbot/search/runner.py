@@ -32,8 +32,8 @@ from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.report import to_json as evaluation_json
-from kfbot.evaluate.report import to_markdown as evaluation_markdown
+from kfbot.evaluate.render import to_json as evaluation_json
+from kfbot.evaluate.render import to_markdown as evaluation_markdown
 from kfbot.evaluate.sources import units
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import kfbot_folder

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device import health
 from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.loading import Op, load_op
@@ -33,8 +33,8 @@ from kfbot.evaluate.device.verify import (
     reference_output,
     tensors,
 )
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import Tolerance
+from kfbot.evaluate.inputs.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.verdict.tolerances import Tolerance
 
 MAX_SETS = 10
 

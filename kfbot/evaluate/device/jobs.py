@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device import environment, health
 from kfbot.evaluate.device.cleanroom import save_outputs
 from kfbot.evaluate.device.cleanroom import specs as clean_specs
@@ -45,12 +45,12 @@ from kfbot.evaluate.device.verify import (
     tensors,
     verify,
 )
-from kfbot.evaluate.distributions import Phase, SeedSchedule
-from kfbot.evaluate.inputs import make_args, storage_extent
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import Tolerance
-from kfbot.evaluate.worker import cuda_error_kind
-from kfbot.evaluate.worker_main import RESTART_KEY
+from kfbot.evaluate.inputs.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.inputs.distributions import Phase, SeedSchedule
+from kfbot.evaluate.inputs.fresh import make_args, storage_extent
+from kfbot.evaluate.verdict.tolerances import Tolerance
+from kfbot.evaluate.worker.main import RESTART_KEY
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 REPEAT_CALLS = 10
 TIMED_SETS = 3  # argument sets the timed trials rotate through, per shape
@@ -353,7 +353,7 @@ def _declared_sets(ref: str, declared: Mapping[str, Any], seeds: Sequence[int]) 
 
 def _added_sets(added: Sequence[Mapping[str, Any]], seed: int, contract_seed: int
                 ) -> list[InputSet]:
-    """The inputs kfbot adds that the original held to (`evaluate.contract`): edge
+    """The inputs kfbot adds that the original held to (`evaluate.inputs.contract`): edge
     shapes, scaled and large shapes, the sizes a candidate compares with, redrawn
     values. Recorded values are drawn afresh (`seed`); redrawn ones exactly as the
     original was tried on them (`contract_seed`): a heavy tail's extremes differ from

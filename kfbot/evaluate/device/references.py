@@ -10,7 +10,7 @@ from typing import Any
 from kfbot.evaluate.device.lenient import Leniency, leniency_of
 from kfbot.evaluate.device.loading import Op, load_reference
 from kfbot.evaluate.device.verify import InputSet
-from kfbot.evaluate.reference import belongs
+from kfbot.evaluate.reference.spec import belongs
 
 
 def leniency(specs: Sequence[Mapping[str, Any]]) -> Leniency | None:

@@ -20,13 +20,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device.loading import Op, load_op
 from kfbot.evaluate.device.retime import RetimeSettings, measure
 from kfbot.evaluate.device.verify import InputSet, call, compare_outputs
-from kfbot.evaluate.inputs import make_args
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import Tolerance
-from kfbot.evaluate.worker import cuda_error_kind
+from kfbot.evaluate.inputs.fresh import make_args
+from kfbot.evaluate.verdict.tolerances import Tolerance
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 
 def time_variants(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,14 +19,7 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import (
-    Comparison,
-    close_all,
-    close_all_finite,
-    compare,
-    dtype_name,
-    tolerance_for,
-)
+from kfbot.evaluate.capture.via import Via
 from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.probes import (
     POISON_FINITE,
@@ -38,9 +31,16 @@ from kfbot.evaluate.device.probes import (
     snapshot,
     tensors_in,
 )
-from kfbot.evaluate.tolerances import Tolerance
-from kfbot.evaluate.via import Via
-from kfbot.evaluate.worker import cuda_error_kind
+from kfbot.evaluate.verdict.compare import (
+    Comparison,
+    close_all,
+    close_all_finite,
+    compare,
+    dtype_name,
+    tolerance_for,
+)
+from kfbot.evaluate.verdict.tolerances import Tolerance
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 Op = Callable[..., Any]
 Args = tuple[list[Any], dict[str, Any]]

@@ -58,8 +58,8 @@ class _Work:
 
     def bench(self, command: Command) -> Result:
         from kfbot.evaluate.candidate import Candidate
-        from kfbot.evaluate.report import to_markdown as evaluation_markdown
-        from kfbot.evaluate.report import verdict_line
+        from kfbot.evaluate.render import to_markdown as evaluation_markdown
+        from kfbot.evaluate.render import verdict_line
 
         task = task_for(self.ctx, command.kernel or "")
         require_gpu(self.ctx.root, self.ctx.inputs.gpu)

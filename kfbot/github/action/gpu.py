@@ -9,7 +9,7 @@ from kfbot.cache import cache_dir
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
 from kfbot.evaluate.engine import JOBS, KFBOT_PARENT, Engine, EngineSettings
 from kfbot.evaluate.task import KernelTask, make_task
-from kfbot.evaluate.worker import WorkerSession
+from kfbot.evaluate.worker.session import WorkerSession
 from kfbot.github.action.context import Context
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
