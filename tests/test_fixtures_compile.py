@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -87,10 +88,26 @@ def _include_flags(source: Path, tool_headers: dict[str, Path] | None = None) ->
     own = _fixture_root(source) / "include"
     if own.is_dir():
         dirs.insert(0, str(own))
+    dirs[:0] = _quoted_include_roots(source)
     generated = (tool_headers or {}).get(_fixture_root(source).name)
     if generated is not None:
         dirs.append(str(generated))
     return [f"-I{d}" for d in dirs]
+
+
+def _quoted_include_roots(source: Path) -> list[str]:
+    """The fixture's folders from which a `#include "a/b.h"` of `source` resolves, as the
+    fixture's own `include_dirs` would give them (a kernel header of another folder)."""
+    root = _fixture_root(source)
+    roots: list[str] = []
+    for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), re.MULTILINE):
+        for folder in source.parents:
+            if (folder / name).is_file() and folder != source.parent:
+                roots.append(str(folder))
+                break
+            if folder == root:
+                break
+    return roots
 
 
 def _defines(source: Path) -> list[str]:
