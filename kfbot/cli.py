@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A CI runner cancels a job with SIGTERM: unwound like ^C, so that the processes
     # kfbot started (a repository's build, its tests) are killed with their groups
     # rather than left running.
-    signal.signal(signal.SIGTERM, _terminated)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         # `scan --observe` runs the repository's tests too (a plain scan stays light).
         name = str(getattr(args, "command", None) or command or "")
@@ -145,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:  # a caller in the same process (a test, an embedding tool) gets its own back
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _sandbox_policy(args: argparse.Namespace, command: str) -> None:

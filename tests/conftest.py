@@ -29,3 +29,10 @@ def _scratch_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     folder, not the cache of the person running the tests."""
     if "KFBOT_CACHE" not in os.environ:
         os.environ["KFBOT_CACHE"] = str(tmp_path_factory.mktemp("kfbot-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output is wrapped to `$COLUMNS` where it is set; a CI runner or a terminal sets it
+    to whatever it is, so a test that wants a width says it, and the others see none."""
+    monkeypatch.delenv("COLUMNS", raising=False)

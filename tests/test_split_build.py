@@ -302,7 +302,9 @@ def test_a_macro_of_the_host_headers_sends_the_candidate_to_the_full_build(
 
 @needs_nvcc
 def test_a_hung_compile_is_killed_at_its_timeout(light: Path, tmp_path: Path) -> None:
-    fifo = tmp_path / "never-written"
+    # Inside the build cache, which the sandboxed compile sees (its /tmp is its own).
+    (tmp_path / "cache").mkdir()
+    fifo = tmp_path / "cache" / "never-written"
     os.mkfifo(fifo)  # the preprocessor waits for a writer that never comes
     builder = Builder(tmp_path / "cache", arch="90", timeout_s=3.0)
     request = _request(light, "double_kernel", "csrc/k/scale.cuh", "#pragma once",

@@ -118,8 +118,9 @@ class Linker:
         while True:
             for name in ("setup.py", "pyproject.toml"):
                 path = posixpath.join(folder, name) if folder else name
-                if path in known:
-                    return None if self._all_read(path) else _own_recipe(path, file, known)
+                if path not in known or not _builds_native(path, known):
+                    continue
+                return None if self._all_read(path) else _own_recipe(path, file, known)
             if not folder:
                 return None
             folder = posixpath.dirname(folder)
@@ -190,6 +191,15 @@ def _interface_of(source: str, headers: set[str]) -> bool:
     `cuda/fps_cuda.cu`): a file that includes it calls what `source` defines."""
     stem = posixpath.splitext(source)[0]
     return any(h != source and posixpath.splitext(h)[0] == stem for h in headers)
+
+
+def _builds_native(path: str, known: set[str]) -> bool:
+    """Whether the build file can compile CUDA: a setup.py can; a pyproject.toml alone
+    builds a pure-Python package unless CMake stands beside it (scikit-build)."""
+    if posixpath.basename(path) == "setup.py":
+        return True
+    folder = posixpath.dirname(path)
+    return (posixpath.join(folder, "CMakeLists.txt") if folder else "CMakeLists.txt") in known
 
 
 def _own_recipe(path: str, file: str, known: set[str]) -> BuildRecipe:

@@ -38,6 +38,11 @@ class StepReport:
     evidence: str = ""  # the last lines of the failing process's output, or the facts
     suggestion: str = ""  # a kfbot.yaml snippet that would get past this step
 
+    def __post_init__(self) -> None:
+        # Evidence is read by a person (terminal, report, PR body): a process that wrote
+        # megabytes gives its last lines, each cut to a screen's width, within a bound.
+        object.__setattr__(self, "evidence", bounded(self.evidence))
+
     @property
     def failed(self) -> bool:
         return self.outcome == "failed"
@@ -48,6 +53,24 @@ class StepReport:
     def to_json(self) -> dict[str, str]:
         return {"step": self.step, "outcome": self.outcome, "summary": self.summary,
                 "evidence": self.evidence, "suggestion": self.suggestion}
+
+
+EVIDENCE_CHARS = 6000
+LINE_CHARS = 400
+
+
+def bounded(text: str, limit: int = EVIDENCE_CHARS, width: int = LINE_CHARS) -> str:
+    """The end of `text` within `limit` characters, every line cut to `width`."""
+    lines = [line if len(line) <= width else line[:width - 1] + "…"
+             for line in text.splitlines()]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        size += len(line) + 1
+        if size > limit:
+            break
+        kept.append(line)
+    return "\n".join(reversed(kept))
 
 
 def first_failure(steps: tuple[StepReport, ...]) -> StepReport | None:

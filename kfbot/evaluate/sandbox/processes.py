@@ -124,9 +124,11 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def tail(log: Path, size: int = TAIL_BYTES) -> str:
+    """The last `size` bytes of `log`, as text. A writer the kill has not reached yet may
+    still be adding to it, so the cut is made after the read, not only before it."""
     with log.open("rb") as f:
         f.seek(max(0, log.stat().st_size - size))
-        return f.read().decode("utf-8", errors="replace")
+        return f.read()[-size:].decode("utf-8", errors="replace")
 
 
 def last_lines(text: str, count: int = 15) -> str:
