@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 
 
 def test_poisoned_elements_counts_only_untouched_elements() -> None:
-    from kfbot.evaluate.device.probes import POISON_FINITE, POISON_NAN, poisoned_elements
+    from kfbot.evaluate.device.probes import poisoned_elements
+    from kfbot.evaluate.poison import POISON_FINITE, POISON_NAN
 
     buf = torch.empty(10, dtype=torch.float32)
     buf.view(torch.uint8).fill_(POISON_NAN)

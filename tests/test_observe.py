@@ -18,12 +18,12 @@ import pytest
 from kfbot.cli import main
 from kfbot.config import load_config
 from kfbot.evaluate.capture.collect import capture_signatures
+from kfbot.evaluate.capture.launch_recorder import HostEvent, KernelEvent, attribute
+from kfbot.evaluate.capture.launches import Launch, ObserveRequest, RunRecord, append, read
 from kfbot.evaluate.capture.signature import OpRef
 from kfbot.evaluate.observe.mutants import NoMutant, silent
 from kfbot.evaluate.observe.names import ANONYMOUS, match, parse
 from kfbot.evaluate.observe.observer import _outcomes, op_refs, script_targets
-from kfbot.evaluate.observe.protocol import Launch, ObserveRequest, RunRecord, append, read
-from kfbot.evaluate.observe.recorder import HostEvent, KernelEvent, attribute
 from kfbot.scan.explain import explain
 from kfbot.scan.model import BuildRecipe, Observations, ObservedTest, ScanReport, evolve
 from kfbot.scan.observed import from_json, load, save, state_key, to_json, with_observations

@@ -1,5 +1,6 @@
 """The capture: the repository's own tests and scripts run in sandboxed processes, and
-how they call the op recorded (`kfbot.evaluate.capture.signature`).
+what they do recorded: how they call the op (`kfbot.evaluate.capture.signature`) and,
+when observation is asked for, which kernels each test launches (`launches`).
 
 kfbot's side, which runs and reads:
 
@@ -16,10 +17,13 @@ Inside the repository's processes, where nothing of the engine is imported:
                  names (staged), and the watched modules heard as they load
     describe     one argument of a call, as a record
     via          how an op call sat inside the wrapper the test called
+    launch_recorder  the kernels each test launches, through which op, with freed
+                 memory poisoned (`kfbot.evaluate.poison`) when a mutant is tried
 
 Records shared by both sides: `signature` (arguments, calls, op references, merged
-signatures), `protocol` (the request kfbot sends, the file the recorder writes) and
-`fields` (their JSON read strictly). It may import `kfbot.evaluate.sandbox`, the build
-records and the observer's protocol and in-process recorder; nothing here imports
-torch at module level.
+signatures), `protocol` (the request kfbot sends, the file the recorder writes),
+`launches` (the observation request and each test's launches) and `fields` (their
+JSON read strictly). It may import `kfbot.evaluate.sandbox`, the build records and
+`kfbot.evaluate.poison`; the observer that drives an observation
+(`kfbot.evaluate.observe`) sits above it. Nothing here imports torch at module level.
 """

@@ -42,8 +42,9 @@ from uuid import uuid4
 
 import kfbot
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.capture import harness, suite
+from kfbot.evaluate.capture import harness, launches, suite
 from kfbot.evaluate.capture.imports import STAGED_ENV, StagedModule, encode
+from kfbot.evaluate.capture.launches import OBSERVE_ENV, ObserveRequest, RunRecord
 from kfbot.evaluate.capture.protocol import (
     CAPTURE_ENV,
     DEFAULT_MAX_CALLS,
@@ -52,8 +53,6 @@ from kfbot.evaluate.capture.protocol import (
 )
 from kfbot.evaluate.capture.signature import CallSignature, OpRef
 from kfbot.evaluate.capture.suite import Skipped
-from kfbot.evaluate.observe import protocol
-from kfbot.evaluate.observe.protocol import OBSERVE_ENV, ObserveRequest, RunRecord
 from kfbot.evaluate.sandbox import untrusted_env
 from kfbot.evaluate.sandbox.processes import Ran, last_lines, run_process
 
@@ -329,7 +328,7 @@ def _observed(observe: ObserveRequest | None, count: int,
         return ()
     out: list[RunRecord] = []
     for index, run in enumerate(runs[:count]):
-        records = protocol.read([Path(_observed_file(observe, index))])
+        records = launches.read([Path(_observed_file(observe, index))])
         out += records
         if run.ran.exit_code < 0 or run.ran.timed_out:
             out.append(RunRecord(run.target, "crashed", note=run.ran.how()))

@@ -14,7 +14,7 @@ real names (`kfbot.evaluate.capture.imports`). A script runs as a script: `__nam
 `KFBOT_CAPTURE` asks for it, the op calls it makes are recorded and saved as they
 come, so a script that fails or exits later keeps what it showed. When
 `KFBOT_OBSERVE` asks for it, the kernels the whole script launched are recorded too
-(`kfbot.evaluate.observe.recorder`), with whether it exited cleanly.
+(`kfbot.evaluate.capture.launch_recorder`), with whether it exited cleanly.
 
 This module imports neither torch nor, for scripts, pytest; the observer, when asked
 for, imports torch before the script runs (its profiler must be running first).
@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 
 from kfbot.evaluate.capture.imports import install_from_environment
+from kfbot.evaluate.capture.launch_recorder import Recorder
+from kfbot.evaluate.capture.launches import Outcome
+from kfbot.evaluate.capture.launches import request_from_environment as observe_request
 from kfbot.evaluate.capture.recorder import Capture, output_path, request_from_environment
-from kfbot.evaluate.observe.protocol import Outcome
-from kfbot.evaluate.observe.protocol import request_from_environment as observe_request
-from kfbot.evaluate.observe.recorder import Recorder
 from kfbot.evaluate.sandbox import python_module
 
 HARNESS = "kfbot.evaluate.capture.harness"

@@ -3,7 +3,7 @@ and, under observation, what each test launched on the GPU.
 
 Loaded with `-p kfbot.evaluate.capture.plugin`, switched on by the `KFBOT_CAPTURE`
 environment variable (see `kfbot.evaluate.capture.recorder`) and by `KFBOT_OBSERVE` (see
-`kfbot.evaluate.observe.protocol`). Call signatures go to the request's `out` as each
+`kfbot.evaluate.capture.launches`). Call signatures go to the request's `out` as each
 new one is seen (so a process that crashes keeps what came before), after each test
 and at the end of the session, failures or not. Under pytest-xdist each worker
 writes `<out>.<worker id>`. Observations are appended, one line per test, as each test
@@ -17,11 +17,11 @@ from collections.abc import Generator
 import pytest
 
 from kfbot.errors import KfbotError
+from kfbot.evaluate.capture import launches
+from kfbot.evaluate.capture.launch_recorder import Recorder
+from kfbot.evaluate.capture.launches import Outcome
 from kfbot.evaluate.capture.protocol import CAPTURE_ENV
 from kfbot.evaluate.capture.recorder import Capture, one_line, output_path, request_from_environment
-from kfbot.evaluate.observe import protocol
-from kfbot.evaluate.observe.protocol import Outcome
-from kfbot.evaluate.observe.recorder import Recorder
 
 _KEY = pytest.StashKey[Capture]()
 _OBSERVER = pytest.StashKey[Recorder]()
@@ -49,7 +49,7 @@ def _start(config: pytest.Config) -> None:
 def _start_observer(config: pytest.Config) -> None:
     if _OBSERVER in config.stash:
         return
-    request = protocol.request_from_environment()
+    request = launches.request_from_environment()
     if request is not None:
         config.stash[_OBSERVER] = Recorder(request)
         config.stash[_OUTCOMES] = {}

@@ -22,15 +22,12 @@ import torch
 from kfbot.evaluate.capture.via import Via
 from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.probes import (
-    POISON_FINITE,
-    POISON_NAMES,
-    POISON_NAN,
     mutated,
-    poison,
     poisoned_elements,
     snapshot,
     tensors_in,
 )
+from kfbot.evaluate.poison import POISON_FINITE, POISON_NAMES, POISON_NAN, poison
 from kfbot.evaluate.verdict.compare import (
     Comparison,
     close_all,

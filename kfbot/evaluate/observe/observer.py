@@ -39,12 +39,12 @@ from kfbot.evaluate.build.layouts.load_inline import inline_sources
 from kfbot.evaluate.build.repository import staged_modules
 from kfbot.evaluate.capture.collect import CaptureResult, capture_signatures
 from kfbot.evaluate.capture.imports import StagedModule
+from kfbot.evaluate.capture.launches import ObserveRequest, RunRecord
 from kfbot.evaluate.capture.signature import OpRef
 from kfbot.evaluate.capture.suite import expand
 from kfbot.evaluate.observe import names
 from kfbot.evaluate.observe.mutants import NoMutant, silent
 from kfbot.evaluate.observe.own_tree import own_mutant_tree, own_tree
-from kfbot.evaluate.observe.protocol import ObserveRequest, RunRecord
 from kfbot.paths import default_skip, inside
 from kfbot.scan.model import BuildRecipe, Kernel, Observations, ObservedTest, ScanReport, Verdict
 from kfbot.scan.observed import state_key

@@ -8,7 +8,7 @@ range around the host call that launched it (the kernel's linked correlation id 
 that call), and one `RunRecord` line is appended to the request's file.
 
 With `poison`, every free block of the CUDA caching allocator is filled with NaN
-before each test and before each recorded op call (`device.probes.poison`): under the
+before each test and before each recorded op call (`kfbot.evaluate.poison`): under the
 mutant whose kernel writes nothing, its outputs then hold NaN rather than whatever an
 earlier call left there, which could be the right answer.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kfbot.evaluate.observe.protocol import Launch, ObserveRequest, Outcome, RunRecord, append
+from kfbot.evaluate.capture.launches import Launch, ObserveRequest, Outcome, RunRecord, append
 
 RANGE_PREFIX = "kfbot.op:"
 
@@ -159,7 +159,7 @@ class Recorder:
         torch = _torch()
         if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
             return
-        from kfbot.evaluate.device.probes import POISON_NAN, poison
+        from kfbot.evaluate.poison import POISON_NAN, poison
 
         poison(POISON_NAN, nbytes)
 
