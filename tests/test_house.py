@@ -5,9 +5,12 @@ arrow a reader follows is an arrow whether or not it runs at import time. Import
 submodule runs its package's `__init__` too, but that arrow is the language's, not the
 code's, so it is not counted; a module that imports its own package's facade is.
 
-Three rules, each failing with the import lines to change:
+The rules, each failing with the import lines to change:
 - no circle of modules (a strongly connected component of more than one module);
 - the floors (`FLOORS`) import downwards only, so no package-level cycle either;
+- inside every package, its sub-packages import one way: no cycle among siblings
+  (`evaluate.capture` -> `evaluate.build` -> `evaluate.capture` is one);
+- every package's `__init__` docstring says what it owns and what it may import;
 - no module over `MAX_LINES` lines: split by concern before crossing it.
 """
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +186,68 @@ def test_no_package_cycle() -> None:
         if source != target:
             edges.setdefault(source, set()).add(target)
     assert not circles(edges)
+
+
+def packages() -> list[str]:
+    return sorted(name for name, path in modules().items() if path.name == "__init__.py")
+
+
+def sibling_cycles(found: Iterable[Arrow], package_names: Iterable[str]) -> list[str]:
+    """For each package, the cycles among its direct sub-packages, each with the import
+    lines that close it."""
+    known = set(package_names)
+    problems = []
+    for package in sorted(known):
+        def child(module: str, package: str = package) -> str | None:
+            if not module.startswith(package + "."):
+                return None
+            name = f"{package}.{module[len(package) + 1:].split('.')[0]}"
+            return name if name in known else None
+        edges: dict[str, set[str]] = {}
+        lines: dict[tuple[str, str], list[str]] = {}
+        for arrow in found:
+            source, target = child(arrow.source), child(arrow.target)
+            if source and target and source != target:
+                edges.setdefault(source, set()).add(target)
+                lines.setdefault((source, target), []).append(
+                    f"  {arrow.where}: {arrow.source} -> {arrow.target}")
+        for component in circles(edges):
+            members = set(component)
+            inside = sorted(line for a in component for b in edges.get(a, ()) if b in members
+                            for line in lines[(a, b)])
+            problems.append(f"cycle of sub-packages {component}:\n" + "\n".join(inside))
+    return problems
+
+
+def test_sub_packages_import_one_way() -> None:
+    problems = sibling_cycles(arrows(), packages())
+    assert not problems, "\n".join(problems)
+
+
+def test_a_sub_package_cycle_is_seen() -> None:
+    """The check itself: two sibling packages importing each other through different
+    modules are a cycle even though no module circle exists."""
+    made_up = [Arrow("kfbot.x.a.one", "kfbot.x.b.two", "one.py:1"),
+               Arrow("kfbot.x.b.three", "kfbot.x.a.four", "three.py:1"),
+               Arrow("kfbot.x.c.five", "kfbot.x.a.one", "five.py:1")]
+    found = sibling_cycles(made_up, ["kfbot", "kfbot.x", "kfbot.x.a", "kfbot.x.b", "kfbot.x.c"])
+    assert len(found) == 1
+    assert "['kfbot.x.a', 'kfbot.x.b']" in found[0]
+    assert "one.py:1" in found[0] and "three.py:1" in found[0]
+    assert "five.py:1" not in found[0]
+    edges = {a.source: {a.target} for a in made_up}
+    assert circles(edges) == []  # no module circle: only the package-level check sees it
+
+
+def test_every_package_says_what_it_owns_and_may_import() -> None:
+    missing = []
+    for package in packages():
+        path = modules()[package]
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if "import" not in doc:
+            missing.append(f"  {path.relative_to(KFBOT.parent)}")
+    assert not missing, ("packages whose __init__ docstring does not say what they own "
+                         "and what they may import:\n" + "\n".join(missing))
 
 
 def test_no_module_over_the_limit() -> None:

@@ -22,6 +22,9 @@ and mount namespaces, made by bubblewrap or by `unshare` with a user namespace, 
 repository's processes there and brings back how it ended. `credentials` is the other
 side of the same boundary: the secrets kfbot's own process holds, read once at start
 and kept out of every environment it passes on.
+
+It imports only the ground floor: every other part of kfbot that runs untrusted
+code comes through it.
 """
 
 from kfbot.evaluate.sandbox.environment import (
