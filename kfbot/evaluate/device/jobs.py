@@ -28,7 +28,7 @@ from kfbot.evaluate.device.probes import (
     launches,
 )
 from kfbot.evaluate.device.references import leniency, references_for
-from kfbot.evaluate.device.retime import RetimeSettings, measure
+from kfbot.evaluate.device.retime import RetimeSettings, measure, retime_shapes
 from kfbot.evaluate.device.timed import second_timer, timed_check
 from kfbot.evaluate.device.timing import Swaps, TimingSettings, interleaved
 from kfbot.evaluate.device.values import values_for
@@ -180,11 +180,9 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     settings = RetimeSettings(**payload.get("retime", {}))
-    shapes = []
-    for entry in payload["shapes"]:
-        sig = CallSignature.from_json(entry["signature"])
-        arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
-        inputs = InputSet(entry["label"], *arg_sets[0])
+    shapes: list[dict[str, Any]] = []
+    for shape in retime_shapes(payload):
+        label, arg_sets, inputs = shape.label, shape.arg_sets, shape.inputs
         try:
             wrong = wrong_output(candidate, original, references(inputs), inputs, overrides)
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -192,10 +190,10 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
                 raise
             wrong = f"{type(exc).__name__}: {exc}"[:300]
         if wrong:
-            shapes.append({"label": entry["label"], "error": wrong})
+            shapes.append({"label": label, "error": wrong})
             continue
         samples = measure({"original": original, "candidate": candidate}, arg_sets, settings)
-        shapes.append({"label": entry["label"], "original_us": samples["original"],
+        shapes.append({"label": label, "original_us": samples["original"],
                        "candidate_us": samples["candidate"]})
     return {"shapes": shapes, "environment": environment.describe()}
 
