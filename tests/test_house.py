@@ -9,7 +9,8 @@ The rules, each failing with the import lines to change:
 - no circle of modules (a strongly connected component of more than one module);
 - the floors (`FLOORS`) import downwards only, so no package-level cycle either;
 - inside every package, its sub-packages import one way: no cycle among siblings
-  (`evaluate.capture` -> `evaluate.build` -> `evaluate.capture` is one);
+  (`evaluate.capture` -> `evaluate.build` -> `evaluate.capture` is one), and where an
+  order is declared (`SUB_FLOORS`), downwards in that order;
 - every package's `__init__` docstring says what it owns and what it may import;
 - no module over `MAX_LINES` lines: split by concern before crossing it.
 """
@@ -30,6 +31,11 @@ MAX_LINES = 600
 # in `TOP`: errors, records, config, paths, text and the other small shared modules.
 FLOORS = ("ground", "scan", "anticheat", "evaluate", "search", "github", "commands", "top")
 TOP = frozenset({"kfbot.cli", "kfbot.__main__"})
+# Inside a floor, its sub-packages in their own order, lowest first (docs/architecture.md).
+SUB_FLOORS = {
+    "kfbot.evaluate": ("sandbox", "verdict", "worker", "capture", "build", "baseline", "inputs",
+                       "reference", "device", "observe", "reproduce"),
+}
 
 
 @dataclass(frozen=True)
@@ -255,3 +261,27 @@ def test_no_module_over_the_limit() -> None:
                   for path in modules().values()
                   if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES)
     assert not over, f"modules over {MAX_LINES} lines:\n" + "\n".join(over)
+
+
+def _sub_package(module: str, package: str) -> str | None:
+    """The sub-package of `package` that holds `module` (None for its own modules)."""
+    if not module.startswith(package + "."):
+        return None
+    parts = module[len(package) + 1:].split(".")
+    is_package = modules()[f"{package}.{parts[0]}"].name == "__init__.py"
+    return parts[0] if is_package else None
+
+
+def test_sub_packages_keep_their_declared_order() -> None:
+    """evaluate's sub-packages import downwards in the order the docs draw; a new one
+    must be given its place."""
+    for package, order in SUB_FLOORS.items():
+        found = {sub for m in modules() if (sub := _sub_package(m, package)) is not None}
+        assert found <= set(order), f"{sorted(found - set(order))}: add to SUB_FLOORS[{package!r}]"
+        height = {name: level for level, name in enumerate(order)}
+        upward = []
+        for a in arrows():
+            source, target = _sub_package(a.source, package), _sub_package(a.target, package)
+            if source and target and height[target] > height[source]:
+                upward.append(f"  {a.where}: {a.source} -> {a.target}")
+        assert not upward, f"imports that point up inside {package}:\n" + "\n".join(upward)

@@ -2,6 +2,7 @@
 timed, in an isolated worker; the answer is an `Evaluation`, never an exception.
 
     engine        the engine: build, capture inputs, verify and benchmark in the worker
+    judge         the worker's answer read into an `Evaluation`
     evaluation    the answer for one candidate: how far it got, why, how fast
     candidate     a candidate: the edited files and parameter values, content-hashed
     task          what the engine knows about one kernel (`KernelTask`)
@@ -11,9 +12,11 @@ timed, in an isolated worker; the answer is an `Evaluation`, never an exception.
     isolation     what a candidate can do to the judging of itself and of the next
     against_base  a changed kernel against its version at a base revision
     render        evaluations for people and machines
+    poison        free GPU memory filled with a pattern (the worker's probes, the observer)
 
     build/      the extension, compiled the repository's way, object by object
-    capture/    the repository's tests and scripts run, the op's calls recorded
+    capture/    the repository's tests and scripts run; the op's calls and, when
+                observing, each test's kernel launches recorded
     inputs/     inputs beyond the captured calls, and the contract they make
     reference/  the test's reference, made callable
     verdict/    correctness, tolerances, timing statistics, the speed of light
@@ -23,5 +26,7 @@ timed, in an isolated worker; the answer is an `Evaluation`, never an exception.
     reproduce/  a run's speedup measured again from its patch alone
 
 It may import `kfbot.anticheat`, `kfbot.scan` and the ground floor; torch only inside
-the worker (`device/`) and in the repository's processes.
+the worker (`device/`) and in the repository's processes. The sub-packages import one
+way, lowest first: sandbox, verdict, worker, capture, build, baseline, inputs,
+reference, device, observe, reproduce (docs/architecture.md).
 """
