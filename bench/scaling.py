@@ -172,7 +172,7 @@ def one_gpu(task: KernelTask, settings: EngineSettings, cands: Sequence[Candidat
 def two_gpus(task: KernelTask, settings: EngineSettings, cands: Sequence[Candidate]) -> Row:
     local = getattr(executors, "LocalGpuExecutor", None)
     if local is None:
-        print("  2 GPUs: kfbot.search.executor has no LocalGpuExecutor; skipped")
+        print("  2 GPUs: kfbot.search.executors.local has no LocalGpuExecutor; skipped")
         return Row("2 GPUs (missing)", 0, 0, float("nan"))
     run = local([0, 1], executors.engines_per_gpu(task, settings))
     try:
@@ -183,7 +183,7 @@ def two_gpus(task: KernelTask, settings: EngineSettings, cands: Sequence[Candida
 
 def on_ray(task: KernelTask, settings: EngineSettings, cands: Sequence[Candidate],
            address: str, chunk: int) -> Row:
-    from kfbot.search.ray_executor import RayExecutor
+    from kfbot.search.executors.ray import RayExecutor
 
     run = RayExecutor(task, settings, address, chunk=chunk)
     try:

@@ -58,8 +58,8 @@ from kfbot.evaluate.evaluation import Evaluation  # noqa: E402
 from kfbot.evaluate.task import KernelTask, make_task  # noqa: E402
 from kfbot.scan.scanner import scan  # noqa: E402
 from kfbot.scan.select import select_kernel  # noqa: E402
-from kfbot.search.archive import Individual  # noqa: E402
-from kfbot.search.params import Knob, apply_point, knobs, space_size  # noqa: E402
+from kfbot.search.evolution.archive import Individual  # noqa: E402
+from kfbot.search.mutators.params import Knob, apply_point, knobs, space_size  # noqa: E402
 from kfbot.search.plan import OptimizeSettings  # noqa: E402
 from kfbot.search.runner import optimize  # noqa: E402
 

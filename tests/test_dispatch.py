@@ -1,4 +1,4 @@
-"""The size dispatch (kfbot/search/dispatch.py, heldout.dispatch_where_slower): a
+"""The size dispatch (kfbot/search/outcome/dispatch.py, heldout.dispatch_where_slower): a
 candidate slower than the original at held-out sizes keeps the original there, by a
 threshold on a launcher parameter that the evaluations, not a guess, pick; the copy of
 the original is the original (with the constants the candidate changed written back),
@@ -20,8 +20,8 @@ from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, shape_timings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.dispatch import Split, size_dispatches, split_of
-from kfbot.search.heldout import dispatch_where_slower
+from kfbot.search.outcome.dispatch import Split, size_dispatches, split_of
+from kfbot.search.outcome.heldout import dispatch_where_slower
 from kfbot.search.rewrites.registry import SOURCE_REWRITES
 from kfbot.search.rewrites.syntax import Target
 

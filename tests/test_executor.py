@@ -19,11 +19,11 @@ from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.evaluation import Evaluation, failed
 from kfbot.evaluate.model import Diagnostic
-from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits
-from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, ReplayExecutor
-from kfbot.search.gpus import choose_gpus, visible_gpus
-from kfbot.search.islands import IslandSearch, Outcome, SearchResult, SearchSettings
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.islands import IslandSearch, Outcome, SearchResult, SearchSettings
+from kfbot.search.executors.gpus import choose_gpus, visible_gpus
+from kfbot.search.executors.local import EngineExecutor, Executor, LocalGpuExecutor, ReplayExecutor
 from kfbot.search.model import Cell
 from kfbot.search.runner import through
 

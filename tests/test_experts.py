@@ -21,11 +21,11 @@ from kfbot.evaluate.candidate import ORIGINAL
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits
-from kfbot.search.llm import LlmMutator, LlmSettings
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.model import Cell
-from kfbot.search.mutators import Mutators
+from kfbot.search.mutators.llm import LlmMutator, LlmSettings
+from kfbot.search.mutators.rotation import Mutators
 from kfbot.search.rewrites import Target, load_library, recognise, worked_examples
 from kfbot.search.rewrites.registry import SOURCE_REWRITES
 from kfbot.search.rewrites.rows import row_map_per_block

@@ -23,7 +23,7 @@ from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.budget import Budget, Limits
-from kfbot.search.llm import LlmMutator, LlmSettings
+from kfbot.search.mutators.llm import LlmMutator, LlmSettings
 from kfbot.search.plan import OptimizeSettings
 from kfbot.search.runner import optimize
 
@@ -165,7 +165,7 @@ def test_no_improvement_says_what_was_spent_for_nothing(
 def test_after_api_errors_the_llm_sits_out_turns(task: KernelTask,
                                                   fake: FakeAnthropic) -> None:
     from kfbot.evaluate.candidate import ORIGINAL
-    from kfbot.search.mutators import Mutators
+    from kfbot.search.mutators.rotation import Mutators
 
     fake.default = Reply.error(429, "rate limited", retry_after="0")
     settings = LlmSettings(base_url=fake.base_url, max_retries=0, timeout_s=5.0)

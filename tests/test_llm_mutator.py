@@ -13,8 +13,8 @@ from fake_anthropic import FakeAnthropic, Reply
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.search.budget import Budget, Limits
-from kfbot.search.edits import Edit, EditError, apply_edits, parse_edits
-from kfbot.search.llm import (
+from kfbot.search.mutators.edits import Edit, EditError, apply_edits, parse_edits
+from kfbot.search.mutators.llm import (
     DIAGNOSES,
     META_HINTS,
     NO_KEY_NOTICE,

@@ -14,8 +14,8 @@ from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.executor import LocalGpuExecutor, engines_per_gpu
-from kfbot.search.gpus import visible_gpus
+from kfbot.search.executors.gpus import visible_gpus
+from kfbot.search.executors.local import LocalGpuExecutor, engines_per_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = ROOT / "tests" / "data" / "candidates"

@@ -21,11 +21,11 @@ from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits
-from kfbot.search.features import cell_of
-from kfbot.search.llm import LlmMutator, LlmSettings, persona_for
-from kfbot.search.mutators import Mutators, diagnosis_of
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.features import cell_of
+from kfbot.search.mutators.llm import LlmMutator, LlmSettings, persona_for
+from kfbot.search.mutators.rotation import Mutators, diagnosis_of
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
 NOT_AN_EDIT = "I would rather not change anything."

@@ -24,8 +24,8 @@ from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.executor import ReplayExecutor
-from kfbot.search.mutators import Mutators
+from kfbot.search.executors.local import ReplayExecutor
+from kfbot.search.mutators.rotation import Mutators
 from kfbot.search.plan import OptimizeSettings
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import read_record

@@ -15,7 +15,7 @@ from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.scan.model import Tunable
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.params import (
+from kfbot.search.mutators.params import (
     EXHAUSTIVE_LIMIT,
     Knob,
     apply_point,

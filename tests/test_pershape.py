@@ -1,5 +1,5 @@
-"""The per-shape picture (kfbot/search/pershape.py) and the held-out shapes
-(kfbot/search/heldout.py): captured and held-out rows, bars, a Mermaid chart, the lines
+"""The per-shape picture (kfbot/search/outcome/pershape.py) and the held-out shapes
+(kfbot/search/outcome/heldout.py): captured and held-out rows, bars, a Mermaid chart, the lines
 for shapes where the candidate loses, and the scaled signatures."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import random
 from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.evaluation import ShapeTiming
 from kfbot.evaluate.verdict.stats import compare_times
-from kfbot.search.heldout import held_out_signatures
-from kfbot.search.pershape import (
+from kfbot.search.outcome.heldout import held_out_signatures
+from kfbot.search.outcome.pershape import (
     CAPTURED,
     HELD_OUT,
     held_out_slower,

@@ -19,7 +19,7 @@ from kfbot.github.markers import (
     status_marker,
 )
 from kfbot.github.prbody import MAX_BODY, Previous, PrReport, render, run_url, title, verdict
-from kfbot.search.archive import Individual
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.experience import Lesson
 from kfbot.search.model import Cell
 
@@ -152,7 +152,7 @@ def test_markers_round_trip_and_match_on_their_fields() -> None:
 
 
 def test_the_per_shape_picture_sits_after_the_benchmark() -> None:
-    from kfbot.search.pershape import section
+    from kfbot.search.outcome.pershape import section
 
     ev = _evaluation()
     held = (_timing("(16384, 1024) float32", 0.7, 5),)

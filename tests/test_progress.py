@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from kfbot.search import progress
-from kfbot.search.archive import Individual
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.model import Cell
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,10 +35,10 @@ from kfbot.github.publish import (
 )
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
 from kfbot.search.branch import auth_env, pr_branch
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.islands import SearchResult
 from kfbot.search.experience import Lesson, append_lessons
-from kfbot.search.islands import SearchResult
 from kfbot.search.model import Cell
 from kfbot.search.runner import OptimizeOutcome
 

@@ -24,7 +24,7 @@ from kfbot.github.handoff import MANIFEST, PATCH, Recorder, publication_of
 from kfbot.github.markers import find_pr_marker
 from kfbot.github.publish import Winner
 from kfbot.search.branch import commit_detached, open_repo
-from kfbot.search.report import unified_patch
+from kfbot.search.outcome.report import unified_patch
 
 KERNEL = "csrc/softmax.cu::softmax_kernel"
 BRANCH = "kfbot/csrc-softmax.cu-softmax_kernel"

@@ -33,7 +33,7 @@ from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.ray_executor import RayExecutor, pack_source, place_source, ray_module
+from kfbot.search.executors.ray import RayExecutor, pack_source, place_source, ray_module
 
 # A hang (an actor that never gets a GPU) fails the test instead of stalling the run.
 pytestmark = pytest.mark.timeout(300)

@@ -9,7 +9,7 @@ from test_publish import _evaluation
 from kfbot.evaluate.candidate import content_hash
 from kfbot.github.handoff import Publication, patch_digest
 from kfbot.github.recheck import BaseFile, Checked, Refusal, recheck
-from kfbot.search.report import unified_patch
+from kfbot.search.outcome.report import unified_patch
 
 OLD = "int a;\nint b;\nint c;\n"
 

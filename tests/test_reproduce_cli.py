@@ -25,8 +25,8 @@ from kfbot.evaluate.task import make_task
 from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
-from kfbot.search.islands import SearchResult
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.islands import SearchResult
 from kfbot.search.model import Cell
 from kfbot.search.plan import OptimizeSettings
 from kfbot.search.runner import OptimizeOutcome, write_outputs

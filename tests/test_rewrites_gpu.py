@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from kfbot.search.flags import GENES
+from kfbot.search.mutators.flags import GENES
 from kfbot.search.rewrites.registry import SOURCE_REWRITES
 from kfbot.search.rewrites.syntax import Target
 

@@ -24,9 +24,9 @@ import pytest
 
 from kfbot.evaluate.candidate import Candidate
 from kfbot.github.action_io import search_seconds
-from kfbot.search.archive import Individual
 from kfbot.search.budget import Budget, Limits, Pace
-from kfbot.search.islands import IslandSearch, Outcome, SearchSettings
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.islands import IslandSearch, Outcome, SearchSettings
 from kfbot.search.model import Cell
 from kfbot.search.stopping import RunStopped, shielded, stop_on
 

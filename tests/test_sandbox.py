@@ -108,7 +108,7 @@ import json, sys
 from kfbot.evaluate.sandbox import credentials
 from kfbot.cli import PRELOADED
 from kfbot.evaluate.sandbox import configure, confined
-wanted = ["kfbot.github.publish", "kfbot.search.llm", "anthropic", "github"]
+wanted = ["kfbot.github.publish", "kfbot.search.mutators.llm", "anthropic", "github"]
 configure(False, ["ANTHROPIC_API_KEY"], lambda: credentials.preload(PRELOADED["optimize"]))
 before = [name in sys.modules for name in wanted]
 confined(["true"], "/")

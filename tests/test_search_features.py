@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfbot.search.features import cell_of
+from kfbot.search.evolution.features import cell_of
 from kfbot.search.model import Cell
 
 ELEMENTWISE = """\

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kfbot.evaluate.candidate import Candidate
-from kfbot.search.archive import Archive, Individual
 from kfbot.search.budget import Budget, Limits, parse_duration
-from kfbot.search.islands import IslandSearch, Outcome, RunLog, SearchSettings
+from kfbot.search.evolution.archive import Archive, Individual
+from kfbot.search.evolution.islands import IslandSearch, Outcome, RunLog, SearchSettings
 from kfbot.search.model import Cell
 
 BLOCKS = (32, 64, 128, 256, 512, 1024)

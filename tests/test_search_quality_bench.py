@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 
 from kfbot.evaluate.candidate import ORIGINAL
-from kfbot.search.archive import Individual
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.model import Cell
-from kfbot.search.params import apply_point, knobs, space_size
+from kfbot.search.mutators.params import apply_point, knobs, space_size
 
 ROOT = Path(__file__).resolve().parents[1]
 

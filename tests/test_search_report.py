@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.search.archive import Individual
 from kfbot.search.budget import duration_words, spent_words
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.model import Cell
-from kfbot.search.report import (
+from kfbot.search.outcome.report import (
     axis_range,
     best_so_far,
     history_table,

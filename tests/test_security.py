@@ -33,11 +33,11 @@ from kfbot.evaluate.task import make_task
 from kfbot.github.publish import publish
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.archive import Individual
 from kfbot.search.branch import commit_detached, write_branch
-from kfbot.search.islands import SearchResult
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.islands import SearchResult
 from kfbot.search.model import Cell
-from kfbot.search.mutators import Mutators
+from kfbot.search.mutators.rotation import Mutators
 from kfbot.search.plan import OptimizeSettings
 from kfbot.search.runner import OptimizeOutcome, write_outputs
 

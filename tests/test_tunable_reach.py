@@ -1,4 +1,4 @@
-"""Tunables that reach the kernel (kfbot/search/reach.py): a constant of another function
+"""Tunables that reach the kernel (kfbot/search/mutators/reach.py): a constant of another function
 is never a knob, a conditional block size in the launcher becomes knobs of its branches
 and its switch, and a block kfbot cannot trace gives no launch knobs and a reason."""
 
@@ -15,9 +15,9 @@ from kfbot.evaluate.candidate import ORIGINAL
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.params import apply_point
+from kfbot.search.mutators.params import apply_point
+from kfbot.search.mutators.reach import reaching_knobs
 from kfbot.search.plan import OptimizeSettings, make_plan
-from kfbot.search.reach import reaching_knobs
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "naive_real"
@@ -152,7 +152,7 @@ def test_a_template_block_and_its_launch_literals_are_one_knob() -> None:
     # The other launch of the file (row_sum, kBlock) is untouched.
     assert "row_sum_kernel<T, kBlock><<<(rows + kBlock - 1) / kBlock, kBlock>>>" in text
     # Reading the point back from the candidate gives the knob's new value.
-    from kfbot.search.params import point_of
+    from kfbot.search.mutators.params import point_of
     assert point_of(found.knobs, cand, files) == {knob.name: "512"}
 
 

@@ -1,4 +1,4 @@
-"""The repository's own variants of the op (kfbot/search/variants.py): found as the other
+"""The repository's own variants of the op (kfbot/search/outcome/variants.py): found as the other
 ops of the extension its tests hold to the same reference, timed at the committed
 candidate's shapes, and shown beside it per shape."""
 
@@ -14,8 +14,8 @@ from kfbot.evaluate.evaluation import ShapeTiming, shape_timings
 from kfbot.evaluate.task import KernelTask, OpBinding, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.pershape import markdown, rows_of
-from kfbot.search.variants import variant_ops, variants_where_timed
+from kfbot.search.outcome.pershape import markdown, rows_of
+from kfbot.search.outcome.variants import variant_ops, variants_where_timed
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "naive_real"
 

@@ -22,12 +22,12 @@ from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.dispatch import Split, size_dispatches
-from kfbot.search.flags import propose_flags, task_flags
-from kfbot.search.heldout import time_held_out
+from kfbot.search.mutators.flags import propose_flags, task_flags
+from kfbot.search.outcome.dispatch import Split, size_dispatches
+from kfbot.search.outcome.heldout import time_held_out
+from kfbot.search.outcome.variants import variant_ops
 from kfbot.search.rewrites.registry import SOURCE_REWRITES
 from kfbot.search.rewrites.syntax import Target
-from kfbot.search.variants import variant_ops
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.winner import (
+from kfbot.search.outcome.winner import (
     CONFIRMATIONS,
     build_edits,
     committable,

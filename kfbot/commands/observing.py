@@ -65,7 +65,7 @@ def wanted(mode: str, kernels: Sequence[Kernel], root: Path) -> bool:
         return True
     if load(root) is not None or any(k.references for k in kernels):
         return False
-    from kfbot.search.gpus import visible_gpus
+    from kfbot.search.executors.gpus import visible_gpus
 
     return bool(visible_gpus())
 
@@ -75,7 +75,7 @@ def _make(root: Path, report: ScanReport, file_timeout_s: float,
     from kfbot.cache import cache_dir
     from kfbot.evaluate.build import Builder
     from kfbot.evaluate.observe.observer import ObserveSettings, observe
-    from kfbot.search.gpus import visible_gpus
+    from kfbot.search.executors.gpus import visible_gpus
 
     if not visible_gpus():
         raise KfbotError("observing the tests needs a CUDA GPU, and none is visible "

@@ -33,9 +33,9 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search import progress
 from kfbot.search.budget import Budget, Limits, spent_words
-from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
-from kfbot.search.gpus import choose_gpus, visible_gpus
-from kfbot.search.llm import LlmMutator, LlmSettings, off_because
+from kfbot.search.executors.gpus import choose_gpus, visible_gpus
+from kfbot.search.executors.local import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
+from kfbot.search.mutators.llm import LlmMutator, LlmSettings, off_because
 from kfbot.search.plan import FINISH_S, OptimizeSettings, make_plan, reproduction_s, too_late
 from kfbot.search.progress import log_group
 from kfbot.search.runfolder import UNCONFIRMED_PATCH, reproduce_run
@@ -166,7 +166,7 @@ def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespa
     engine_settings = EngineSettings(cache_dir=cache_dir(), gpu=gpus[0] if gpus else None,
                                      progress=progress.build_heartbeat)
     if args.executor == "ray":  # the GPUs are the cluster's: this machine may have none
-        from kfbot.search.ray_executor import RayExecutor
+        from kfbot.search.executors.ray import RayExecutor
 
         ray = RayExecutor(task, engine_settings, args.address, build_cpus=args.build_cpus)
         with contextlib.closing(ray):
@@ -307,7 +307,7 @@ def _gpus(args: argparse.Namespace) -> list[int]:
     if args.build_cpus < 0:
         raise KfbotError("--build-cpus must be 0 or more")
     if args.executor == "ray":
-        from kfbot.search.ray_executor import ray_module  # Ray only when asked for
+        from kfbot.search.executors.ray import ray_module  # Ray only when asked for
 
         ray_module()
     if args.gpu is not None:

@@ -34,7 +34,7 @@ from kfbot.evaluate.reproduce.model import Reproduction
 from kfbot.github.action_io import Result
 from kfbot.github.status import StatusReport
 from kfbot.github.wire import WireError, dump, load
-from kfbot.search.archive import Individual
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.experience import Lesson
 
 if TYPE_CHECKING:

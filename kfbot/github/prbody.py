@@ -24,9 +24,9 @@ from kfbot.evaluate.inputs.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.render import MARKS
 from kfbot.evaluate.reproduce.model import TOLERANCE, Reproduction
 from kfbot.evaluate.verdict.light import light_text
-from kfbot.search.archive import Individual
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.experience import Lesson
-from kfbot.search.report import best_so_far, history_table, mermaid_chart
+from kfbot.search.outcome.report import best_so_far, history_table, mermaid_chart
 
 MAX_BODY = 65_536  # GitHub's limit on a pull request body, in characters
 _ROOM = MAX_BODY - 1_000  # what the sections may use: the marker and notes need the rest

@@ -44,7 +44,6 @@ from kfbot.github.local_clone import LocalClone, find_remote, slug_of
 from kfbot.github.markers import find_pr_marker, pr_marker
 from kfbot.github.prbody import Previous, PrReport, render, run_url, title
 from kfbot.paths import kfbot_folder
-from kfbot.search.archive import Individual
 from kfbot.search.branch import (
     TRAILER,
     Commit,
@@ -54,8 +53,9 @@ from kfbot.search.branch import (
     open_repo,
     pr_branch,
 )
+from kfbot.search.evolution.archive import Individual
 from kfbot.search.experience import DEFAULT_PATH, Lesson, read_lessons
-from kfbot.search.pershape import section as per_shape_section
+from kfbot.search.outcome.pershape import section as per_shape_section
 
 if TYPE_CHECKING:  # the comment bot imports this module; it must not pull in the engine
     from kfbot.evaluate.task import KernelTask

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from kfbot.evaluate.candidate import ORIGINAL
 from kfbot.evaluate.scope import shared_names
 from kfbot.evaluate.task import KernelTask
-from kfbot.search.flags import flag_plan
-from kfbot.search.mutators import Mutators
-from kfbot.search.params import Knob, space_size
-from kfbot.search.reach import Reach, reaching_knobs
+from kfbot.search.mutators.flags import flag_plan
+from kfbot.search.mutators.params import Knob, space_size
+from kfbot.search.mutators.reach import Reach, reaching_knobs
+from kfbot.search.mutators.rotation import Mutators
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.rewrites.explain import explain as explain_rewrites
 from kfbot.text import read_source

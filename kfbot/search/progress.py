@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # the Action imports this module before it knows a search wil
 
     from kfbot.evaluate.candidate import Candidate
     from kfbot.evaluate.evaluation import Evaluation
-    from kfbot.search.archive import Individual
-    from kfbot.search.executor import Executor
+    from kfbot.search.evolution.archive import Individual
+    from kfbot.search.executors.local import Executor
 
 log = logging.getLogger(__name__)
 

@@ -37,10 +37,19 @@ from kfbot.evaluate.render import to_markdown as evaluation_markdown
 from kfbot.evaluate.sources import units
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import kfbot_folder
-from kfbot.search.archive import Individual
 from kfbot.search.branch import branch_name, write_branch
 from kfbot.search.budget import Budget, Limits, spent_words
-from kfbot.search.executor import EngineExecutor, Executor
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.evolution.features import cell_of
+from kfbot.search.evolution.islands import (
+    Evaluate,
+    IslandSearch,
+    Outcome,
+    RunLog,
+    SearchResult,
+    SearchSettings,
+)
+from kfbot.search.executors.local import EngineExecutor, Executor
 from kfbot.search.experience import (
     DEFAULT_PATH,
     Lesson,
@@ -50,24 +59,13 @@ from kfbot.search.experience import (
     read_lessons,
     relevant,
 )
-from kfbot.search.features import cell_of
-from kfbot.search.flags import task_flags
-from kfbot.search.heldout import where_it_holds
-from kfbot.search.islands import (
-    Evaluate,
-    IslandSearch,
-    Outcome,
-    RunLog,
-    SearchResult,
-    SearchSettings,
-)
-from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
-from kfbot.search.mutators import Mutators
-from kfbot.search.pershape import section as per_shape_section
-from kfbot.search.plan import OptimizeSettings, task_knobs
-from kfbot.search.provenance import lesson_doubt, lesson_line
-from kfbot.search.report import (
+from kfbot.search.mutators.flags import task_flags
+from kfbot.search.mutators.llm import LlmMutator
+from kfbot.search.mutators.rotation import Mutators
+from kfbot.search.outcome.heldout import where_it_holds
+from kfbot.search.outcome.pershape import section as per_shape_section
+from kfbot.search.outcome.report import (
     Series,
     best_so_far,
     history_table,
@@ -75,13 +73,8 @@ from kfbot.search.report import (
     png_chart,
     unified_patch,
 )
-from kfbot.search.rewrites import load_rewrites
-from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
-from kfbot.search.sections import dropped_markdown, learned_from, llm_markdown
-from kfbot.search.stopping import RunStopped, shielded
-from kfbot.search.target import target_code
-from kfbot.search.variants import variants_where_timed
-from kfbot.search.winner import (
+from kfbot.search.outcome.variants import variants_where_timed
+from kfbot.search.outcome.winner import (
     Confirmed,
     NeedsParameters,
     committable,
@@ -89,6 +82,13 @@ from kfbot.search.winner import (
     near_miss,
     needs_parameters,
 )
+from kfbot.search.plan import OptimizeSettings, task_knobs
+from kfbot.search.provenance import lesson_doubt, lesson_line
+from kfbot.search.rewrites import load_rewrites
+from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
+from kfbot.search.sections import dropped_markdown, learned_from, llm_markdown
+from kfbot.search.stopping import RunStopped, shielded
+from kfbot.search.target import target_code
 from kfbot.text import read_source
 
 

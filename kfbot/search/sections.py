@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kfbot.search.llm import LlmStats
-from kfbot.search.mutators import Mutators
+from kfbot.search.mutators.llm import LlmStats
+from kfbot.search.mutators.rotation import Mutators
 
 
 def learned_from(mut: Mutators) -> tuple[dict[str, str], dict[str, Any] | None]:

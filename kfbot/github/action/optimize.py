@@ -33,7 +33,7 @@ from kfbot.search.progress import log_group
 
 if TYPE_CHECKING:
     from kfbot.github.publish import Winner
-    from kfbot.search.llm import LlmMutator
+    from kfbot.search.mutators.llm import LlmMutator
     from kfbot.search.plan import OptimizeSettings
     from kfbot.search.runner import OptimizeOutcome
 
@@ -112,7 +112,7 @@ def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
 
 
 def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
-    from kfbot.search.llm import NO_KEY_NOTICE
+    from kfbot.search.mutators.llm import NO_KEY_NOTICE
     from kfbot.search.plan import make_plan
 
     llm = "on" if llm_key else NO_KEY_NOTICE
@@ -125,7 +125,7 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
     """The search, a line per evaluation in the job's log and, for a comment command,
     the best so far on its status comment every few minutes."""
     from kfbot.search import progress
-    from kfbot.search.executor import EngineExecutor
+    from kfbot.search.executors.local import EngineExecutor
     from kfbot.search.runner import optimize
 
     watchers: list[progress.Progress] = [progress.LogLines(sys.stdout, settings.evaluations)]
@@ -160,7 +160,7 @@ def _searched(ctx: Context, task: KernelTask, settings: OptimizeSettings, run_di
               ) -> tuple[OptimizeOutcome, OptimizeSettings]:
     """The search, and the settings it ran with (the time it kept for reproducing)."""
     from kfbot.search.budget import Budget, Limits
-    from kfbot.search.llm import LlmMutator, LlmSettings
+    from kfbot.search.mutators.llm import LlmMutator, LlmSettings
     from kfbot.search.plan import FINISH_S, reproduction_s
 
     with engine_for(ctx, task) as engine:

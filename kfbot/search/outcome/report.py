@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kfbot.search.archive import Individual
+from kfbot.search.evolution.archive import Individual
 
 Series = dict[int, list[tuple[int, float]]]
 

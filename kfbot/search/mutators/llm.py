@@ -31,7 +31,7 @@ from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.sandbox import credentials
 from kfbot.search.budget import Budget
-from kfbot.search.edits import FORMAT_HELP, EditError, apply_edits, parse_edits
+from kfbot.search.mutators.edits import FORMAT_HELP, EditError, apply_edits, parse_edits
 
 # anthropic takes seconds to import: only a mutator that will call it imports it.
 if TYPE_CHECKING:

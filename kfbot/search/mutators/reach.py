@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kfbot.scan.model import Tunable
-from kfbot.search.params import NUMBER, Knob, knobs
+from kfbot.search.mutators.params import NUMBER, Knob, knobs
 from kfbot.search.rewrites import cuda_text
 from kfbot.search.rewrites import syntax as sx
 

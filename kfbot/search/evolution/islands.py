@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kfbot.evaluate.candidate import Candidate
-from kfbot.search.archive import Archive, Individual
 from kfbot.search.budget import Budget
+from kfbot.search.evolution.archive import Archive, Individual
 from kfbot.search.model import Cell
 
 # Parents asked after the chosen one had nothing new, per island and generation: each

@@ -22,8 +22,8 @@ from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.inputs.fresh import MAX_BEYOND_ELEMENTS, lead_size, resize
 from kfbot.evaluate.task import KernelTask
-from kfbot.search.dispatch import size_dispatches, split_of
-from kfbot.search.pershape import held_out_slower, rows_of
+from kfbot.search.outcome.dispatch import size_dispatches, split_of
+from kfbot.search.outcome.pershape import held_out_slower, rows_of
 from kfbot.search.rewrites import locate
 from kfbot.text import read_source
 

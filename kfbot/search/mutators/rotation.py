@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Evaluation
 from kfbot.evaluate.task import KernelTask
-from kfbot.search.archive import Individual
-from kfbot.search.flags import FlagSpace, propose_flags
-from kfbot.search.llm import META_HINTS, LlmMutator, PromptContext, mutate_meta_prompt
-from kfbot.search.params import Knob, apply_point, propose_points
-from kfbot.search.pershape import light_lines, prompt_lines, rows_of
+from kfbot.search.evolution.archive import Individual
+from kfbot.search.mutators.flags import FlagSpace, propose_flags
+from kfbot.search.mutators.llm import META_HINTS, LlmMutator, PromptContext, mutate_meta_prompt
+from kfbot.search.mutators.params import Knob, apply_point, propose_points
+from kfbot.search.outcome.pershape import light_lines, prompt_lines, rows_of
 from kfbot.search.rewrites import (
     Expert,
     Rewrite,
