@@ -1,0 +1,281 @@
+"""The sandbox of last resort when kfbot runs as root: the untrusted command runs as a
+uid and gid of its own, which no other process uses and no file of kfbot's belongs to.
+
+Where neither bubblewrap nor user namespaces work (a container whose seccomp profile
+refuses `unshare`), root can still give the command a user that owns nothing. Each command
+gets a fresh id from a high range (no passwd entry needed), no supplementary groups,
+`PR_SET_NO_NEW_PRIVS`, the per-file size cap, and a private `HOME` and `TMPDIR` owned by
+that id. The folders the spawn point names as written (kfbot's own scratch copies and
+output folders) are handed to that id, but for any `.git` and kfbot's own files inside
+them, which stay root's. Everything else it can write is what any user can: the shared
+/tmp, /dev/shm.
+
+It does not hide kfbot's processes (there is no PID namespace): their environments and
+memory are root's, which the id cannot open, and it cannot signal them. When the command
+ends, is killed, or kfbot exits, every process of that id is killed by a process that
+takes the id itself and signals all it may (`kill(-1)`): `setsid` daemons included.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pwd
+import random
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import kfbot
+from kfbot.evaluate.sandbox.environment import scratch_home, scratch_root
+from kfbot.evaluate.sandbox.view import View
+
+METHOD = "separate-user"
+# Ids are drawn from here (cut to what this user namespace maps): far above any system
+# or login user, so that no file on the machine belongs to one.
+FIRST_ID = 1_500_000_000
+LAST_ID = 1_999_999_999
+_LOW_FALLBACK = 100_000  # the floor when a container maps fewer ids
+_TRIES = 64
+_KILL_TIMEOUT_S = 60.0
+
+_lock = threading.Lock()
+_leases: dict[int, Lease] = {}
+_opened: dict[str, int] = {}  # folders given search permission: their original modes
+_registered = False
+
+
+@dataclass(frozen=True)
+class Lease:
+    """An id lent to one command, and the private folders made for it."""
+
+    uid: int
+    folder: str  # holds its home and tmp; removed on release
+
+    @property
+    def home(self) -> str:
+        return os.path.join(self.folder, "home")
+
+    @property
+    def tmp(self) -> str:
+        return os.path.join(self.folder, "tmp")
+
+
+# ---- whether it can be used ----------------------------------------------------------------
+
+
+def problem() -> str | None:
+    """Why this method cannot be used here, or None."""
+    if os.geteuid() != 0:
+        return "kfbot is not root"
+    if not _free_ranges():
+        return "this user namespace maps no id above the system users"
+    for path in _kfbot_folders():
+        found = _writable_by_others(path)
+        if found is not None:
+            return (f"{found} is writable by group or others: the command could rewrite "
+                    f"kfbot's interpreter or packages (chmod go-w {found})")
+    return None
+
+
+def _kfbot_folders() -> list[str]:
+    package = Path(kfbot.__file__).resolve().parent
+    here = os.path.dirname(os.path.realpath(sys.executable))
+    return sorted({sys.prefix, sys.base_prefix, here, str(package)})
+
+
+def _writable_by_others(path: str) -> str | None:
+    """The folder of `path` or above it that another user could change, if any. A sticky
+    folder (/tmp) counts only for what it holds directly, which is checked separately;
+    group-writable counts unless the group is root's."""
+    current = Path(path).resolve()
+    for folder in (current, *current.parents):
+        try:
+            info = folder.stat()
+        except OSError:
+            continue
+        world = info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX
+        group = info.st_mode & stat.S_IWGRP and info.st_gid != 0
+        if world or group:
+            return str(folder)
+    return None
+
+
+# ---- lending an id -------------------------------------------------------------------------
+
+
+def lease(view: View) -> Lease:
+    """A fresh id for one command that sees `view`, its folders ready."""
+    global _registered
+    with _lock:
+        if not _registered:
+            atexit.register(release_all)
+            _registered = True
+        uid = _free_id()
+        lent = Lease(uid, os.path.join(scratch_root(), "users", str(uid)))
+        _leases[uid] = lent
+    for folder in (lent.home, lent.tmp):
+        os.makedirs(folder, mode=0o700)
+        os.chown(folder, uid, uid)
+    _hand_over(view, uid)
+    # kfbot's interpreter and packages too: the command may be kfbot's own worker.
+    _open_way([lent.folder, view.cwd, *(path for path, _ in view.binds),
+               *_kfbot_folders(), *(p for p in sys.path if p)])
+    return lent
+
+
+def spec(lent: Lease, view: View, file_bytes: int) -> dict[str, object]:
+    """What the launcher needs to start the command as the lent id."""
+    return {"mode": METHOD, "uid": lent.uid, "gid": lent.uid, "cwd": view.cwd,
+            "file_bytes": file_bytes, "env": {"HOME": lent.home, "TMPDIR": lent.tmp}}
+
+
+def _free_id() -> int:
+    ranges = _free_ranges()
+    taken = set(_leases) | _ids_in_use()
+    for _ in range(_TRIES):
+        low, high = random.choice(ranges)
+        uid = random.randint(low, high)
+        if uid not in taken and not _has_passwd_entry(uid):
+            return uid
+    raise OSError(f"found no unused id in {ranges} after {_TRIES} tries")
+
+
+def _free_ranges() -> list[tuple[int, int]]:
+    """Ranges of ids mapped as uid and as gid in this user namespace, high ones first."""
+    both = _intersect(_mapped("/proc/self/uid_map"), _mapped("/proc/self/gid_map"))
+    high = _intersect(both, [(FIRST_ID, LAST_ID)])
+    return high or [r for r in _intersect(both, [(_LOW_FALLBACK, 65_533)]) if r[1] > r[0]]
+
+
+def _mapped(path: str) -> list[tuple[int, int]]:
+    try:
+        with open(path, encoding="ascii") as f:
+            rows = [line.split() for line in f if line.strip()]
+    except OSError:
+        return [(0, 4_294_967_294)]
+    return [(int(inside), int(inside) + int(count) - 1) for inside, _, count in rows]
+
+
+def _intersect(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]
+               ) -> list[tuple[int, int]]:
+    out = [(max(x0, y0), min(x1, y1)) for x0, x1 in a for y0, y1 in b]
+    return [r for r in out if r[0] <= r[1]]
+
+
+def _has_passwd_entry(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _ids_in_use() -> set[int]:
+    """Every uid (real, effective, saved, file system) of a process here."""
+    found: set[int] = set()
+    for status in _statuses():
+        found.update(int(x) for x in status.get("Uid", "").split())
+        found.update(int(x) for x in status.get("Gid", "").split())
+    return found
+
+
+def _statuses() -> Iterator[dict[str, str]]:
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="utf-8", errors="replace") as f:
+                yield dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue  # it ended
+
+
+def _hand_over(view: View, uid: int) -> None:
+    """Make the view's written folders the id's, but for what stays read-only in them
+    (every `.git`, kfbot's own files) and kfbot's shared scratch home."""
+    kept = {path for path, mode in view.binds if mode == "ro"} | {scratch_home()}
+    for top in view.writable():
+        if top in kept:
+            continue
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if d != ".git" and os.path.join(folder, d) not in kept]
+            os.lchown(folder, uid, uid)
+            for name in files:
+                _give(os.path.join(folder, name), uid)
+
+
+def _give(path: str, uid: int) -> None:
+    info = os.lstat(path)
+    # A second link to a file elsewhere (a copy made with hard links) stays root's: the
+    # id would own the other name too.
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return
+    os.lchown(path, uid, uid)
+
+
+def _open_way(paths: Sequence[str]) -> None:
+    """Give others search permission (never read) on the folders above `paths` that lack
+    it, so that the id reaches them; the modes are restored when kfbot exits."""
+    for path in paths:
+        for folder in (Path(path), *Path(path).parents):
+            text = str(folder)
+            with _lock:
+                if text in _opened or not os.path.isdir(text):
+                    continue
+                mode = stat.S_IMODE(os.stat(text).st_mode)
+                if mode & stat.S_IXOTH:
+                    continue
+                _opened[text] = mode
+                os.chmod(text, mode | stat.S_IXOTH)
+
+
+# ---- taking it back ------------------------------------------------------------------------
+
+
+def lease_of(argv: Sequence[str]) -> int | None:
+    """The id a confined command runs as, read back from its launcher's arguments."""
+    for arg in argv[:6]:
+        if arg.startswith("{") and f'"mode": "{METHOD}"' in arg:
+            uid = json.loads(arg).get("uid")
+            return uid if isinstance(uid, int) else None
+    return None
+
+
+def release(uid: int) -> None:
+    """Kill every process of `uid`, remove its private folders, and forget it."""
+    kill_all(uid)
+    with _lock:
+        lent = _leases.pop(uid, None)
+    if lent is not None:
+        shutil.rmtree(lent.folder, ignore_errors=True)
+
+
+def release_all() -> None:
+    """At exit: nothing lent outlives kfbot, and the folders opened get their modes back."""
+    for uid in list(_leases):
+        release(uid)
+    with _lock:
+        opened = sorted(_opened.items(), reverse=True)
+        _opened.clear()
+    for folder, mode in opened:
+        try:
+            os.chmod(folder, mode)
+        except OSError:
+            continue  # removed meanwhile
+
+
+def kill_all(uid: int) -> None:
+    """Kill every process of `uid`, from a process that takes that id (root's `kill(-1)`
+    would kill everything)."""
+    from kfbot.evaluate.sandbox.methods import LAUNCHER
+
+    order = json.dumps({"mode": "kill", "uid": uid})
+    subprocess.run([sys.executable, "-I", "-S", LAUNCHER, order], stdin=subprocess.DEVNULL,
+                   capture_output=True, timeout=_KILL_TIMEOUT_S, check=False)
