@@ -205,10 +205,25 @@ def _hand_over(view: View, uid: int) -> None:
         if top in kept:
             continue
         for folder, dirs, files in os.walk(top):
-            dirs[:] = [d for d in dirs if d != ".git" and os.path.join(folder, d) not in kept]
-            os.lchown(folder, uid, uid)
+            guarded = [d for d in (*dirs, *files)
+                       if d == ".git" or os.path.join(folder, d) in kept]
+            dirs[:] = [d for d in dirs if d not in guarded]
+            if guarded:
+                _share_guarded(folder, uid)
+            else:
+                os.lchown(folder, uid, uid)
             for name in files:
-                _give(os.path.join(folder, name), uid)
+                if name not in guarded:
+                    _give(os.path.join(folder, name), uid)
+
+
+def _share_guarded(folder: str, uid: int) -> None:
+    """A folder that holds what must stay root's (`.git`): root's, writable by the id's
+    group, and sticky, so that the id adds and removes its own files there but cannot
+    rename `.git` away and put its own in its place."""
+    os.lchown(folder, 0, uid)
+    mode = stat.S_IMODE(os.lstat(folder).st_mode)
+    os.chmod(folder, mode | stat.S_ISVTX | stat.S_IRWXG)
 
 
 def _give(path: str, uid: int) -> None:
