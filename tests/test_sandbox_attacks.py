@@ -1,13 +1,14 @@
 """The code kfbot runs on purpose, attacking it: each attack planted where an attacker
 would plant it (a repository's `setup.py`, its test file, a candidate loaded by the GPU
 worker) and run through kfbot's own spawn points, in each sandbox this machine has:
-bubblewrap, and `unshare` (bubblewrap taken off PATH). None reaches a secret, writes
+bubblewrap, `unshare` (bubblewrap taken off PATH), and a separate user where the tests run
+as root (`KFBOT_SANDBOX=separate-user`). None reaches a secret, writes
 kfbot's files, the checkout's `.git` or anything outside the folders it may write, and
 nothing it starts outlives the run. Where no sandbox works, kfbot refuses while it holds
 a secret.
 
-The attacks run in a separate kfbot process whose PATH decides the sandbox (a real
-condition, as on a runner without bubblewrap), and report what they could do.
+The attacks run in a separate kfbot process whose PATH (a real condition, as on a runner
+without bubblewrap) or `KFBOT_SANDBOX` decides the sandbox, and report what they could do.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from process_table import running
 
 import kfbot
 from kfbot.evaluate.sandbox import ALLOW_VARIABLE, held_secrets
+from kfbot.evaluate.sandbox.methods import CHOICE_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "fixtures" / "example"
 SECRET = "ghs_sandboxAttackSecret0123456789"
-METHODS = ("bwrap", "unshare")
+METHODS = ("bwrap", "unshare", "separate-user")
 PLANTED = "planted_by_attack"
 
 # What the planted code does, wherever it runs; {...} are filled in per run.
@@ -74,6 +76,13 @@ def attack(mark, git_config, outside):
 SETUP_PY = ATTACK + """
 report = attack({mark!r}, {git_config!r}, {outside!r})
 report["copy"] = open("written-in-the-copy.txt", "w").write("the copy is writable")
+try:  # a sparse file: one byte past the cap takes no disk
+    with open("beyond-the-cap.bin", "wb") as f:
+        f.seek(report["file_limit"])
+        f.write(b"x")
+    report["beyond_cap"] = "written"
+except OSError as exc:
+    report["beyond_cap"] = exc.strerror
 with open("attack.json", "w") as f:
     json.dump(report, f)
 """
@@ -130,21 +139,32 @@ print(json.dumps({"method": sandbox().method, "status": result.status,
 
 @pytest.fixture(scope="module")
 def bare_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """PATH as on a runner without bubblewrap and without unshare."""
+    """PATH as on a runner without bubblewrap and without unshare (kfbot is told to try
+    only those two, since a root one would use a separate user)."""
     return _path_without(tmp_path_factory.mktemp("bin-bare"), {"bwrap", "unshare"})
 
 
 @pytest.fixture(scope="module", params=METHODS)
 def method_path(request: pytest.FixtureRequest,
-                tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """(method, PATH) under which kfbot picks that sandbox; skipped where it cannot."""
+                tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    """(method, environment) under which kfbot picks that sandbox; skipped where it
+    cannot (the separate user where the tests do not run as root)."""
     method = str(request.param)
-    path = os.environ["PATH"] if method == "bwrap" else \
-        _path_without(tmp_path_factory.mktemp("bin-no-bwrap"), {"bwrap"})
-    found = _detect(path)
+    env = {"PATH": os.environ["PATH"]}
+    if method == "unshare":
+        env["PATH"] = _path_without(tmp_path_factory.mktemp("bin-no-bwrap"), {"bwrap"})
+    if method == "separate-user":
+        env[CHOICE_VARIABLE] = method
+    found = _detect(**env)
     if found["method"] != method:
         pytest.skip(f"{method} does not work here: {found['failed'] or found['method']}")
-    return method, path
+    return method, env
+
+
+def _denied(method: str) -> str:
+    """What a write to a folder kept from the command says: a read-only mount, or a
+    folder that is root's when the command runs as a user of its own."""
+    return "Permission denied" if method == "separate-user" else "Read-only file system"
 
 
 def _path_without(folder: Path, left_out: set[str]) -> str:
@@ -161,19 +181,21 @@ def _path_without(folder: Path, left_out: set[str]) -> str:
     return str(folder)
 
 
-def _detect(path: str) -> dict[str, Any]:
+def _detect(**env: str) -> dict[str, Any]:
     code = ("import json; from kfbot.evaluate.sandbox import detect; box = detect(); "
             "print(json.dumps({'method': box.method, 'failed': [a.line() for a in box.failed],"
             " 'advice': box.advice()}))")
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PATH": path},
+    base = {k: v for k, v in os.environ.items() if k != CHOICE_VARIABLE}
+    done = subprocess.run([sys.executable, "-c", code], env={**base, **env},
                           capture_output=True, text=True, timeout=120, check=True)
     found: dict[str, Any] = json.loads(done.stdout)
     return found
 
 
-def _drive(driver: str, path: str, *args: str) -> dict[str, Any]:
+def _drive(driver: str, sandbox_env: dict[str, str], *args: str) -> dict[str, Any]:
     """Run kfbot's code in a process of its own that holds a secret in its environment."""
-    env = {**os.environ, "PATH": path, "GITHUB_TOKEN": SECRET, "OMP_NUM_THREADS": "1"}
+    base = {k: v for k, v in os.environ.items() if k != CHOICE_VARIABLE}
+    env = {**base, **sandbox_env, "GITHUB_TOKEN": SECRET, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", driver, *args], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -221,7 +243,7 @@ def _fill(template: str, **values: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def setup_attack(method_path: tuple[str, str], secret_holder: None,
+def setup_attack(method_path: tuple[str, dict[str, str]], secret_holder: None,
                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     method, path = method_path
     tmp = tmp_path_factory.mktemp(f"setup-{method}")
@@ -247,14 +269,15 @@ def test_setup_py_runs_in_the_sandbox(setup_attack: dict[str, Any]) -> None:
 def test_setup_py_cannot_rewrite_kfbots_package_or_environment(
         setup_attack: dict[str, Any]) -> None:
     report = setup_attack["report"]
-    assert report["package"] == report["venv"] == "Read-only file system"
+    assert report["package"] == report["venv"] == _denied(setup_attack["method"])
     assert not any(path.exists() for path in _planted_files())
 
 
 def test_setup_py_cannot_edit_the_checkouts_git_config(setup_attack: dict[str, Any]) -> None:
     # Not even seen here: the build runs in a copy, and this checkout lies in /tmp, which
-    # the sandbox makes private (the capture's test below runs in a checkout it sees).
-    assert setup_attack["report"]["git_config"] in ("Read-only file system",
+    # a namespace makes private (the capture's test below runs in a checkout it sees); a
+    # separate user sees it, but it is root's.
+    assert setup_attack["report"]["git_config"] in (_denied(setup_attack["method"]),
                                                     "No such file or directory")
     assert setup_attack["git_config"].read_bytes() == setup_attack["config_before"]
 
@@ -263,15 +286,23 @@ def test_setup_py_sees_no_process_of_kfbot_or_anyone_else(
         setup_attack: dict[str, Any]) -> None:
     report = setup_attack["report"]
     assert SECRET not in report["environ"]
-    assert max(report["pids"]) < 100 and len(report["pids"]) <= 4  # its own namespace
+    if setup_attack["method"] == "separate-user":  # no PID namespace: sees, cannot read
+        assert len(report["pids"]) > 4 and "GITHUB_TOKEN" not in report["environ"]
+    else:
+        assert max(report["pids"]) < 100 and len(report["pids"]) <= 4  # its own namespace
 
 
 def test_setup_py_writes_nothing_outside_its_copy(setup_attack: dict[str, Any]) -> None:
     report = setup_attack["report"]
     # (Where the path lies in /tmp, the write may land in the sandbox's private /tmp.)
     assert not setup_attack["outside"].exists()
-    assert report["tmp"] == "written"  # its private /tmp, which nobody else sees
-    assert not Path("/tmp", setup_attack["mark"]).exists()
+    assert report["tmp"] == "written"
+    shared = Path("/tmp", setup_attack["mark"])
+    if setup_attack["method"] == "separate-user":  # /tmp is shared: the file is its own
+        assert shared.stat().st_uid not in (0, os.getuid())
+        shared.unlink()
+    else:  # its private /tmp, which nobody else sees
+        assert not shared.exists()
 
 
 def test_a_setsid_daemon_does_not_outlive_the_build(setup_attack: dict[str, Any]) -> None:
@@ -283,7 +314,9 @@ def test_the_sandbox_caps_files_and_tmp(setup_attack: dict[str, Any]) -> None:
     from kfbot.evaluate.sandbox.methods import FILE_BYTES, TMP_BYTES
 
     assert setup_attack["report"]["file_limit"] == FILE_BYTES
-    assert setup_attack["report"]["tmp_bytes"] == TMP_BYTES
+    assert setup_attack["report"]["beyond_cap"] == "File too large"
+    if setup_attack["method"] != "separate-user":  # which shares the machine's /tmp
+        assert setup_attack["report"]["tmp_bytes"] == TMP_BYTES
 
 
 def test_a_crash_in_the_sandbox_reports_its_signal(setup_attack: dict[str, Any]) -> None:
@@ -294,7 +327,7 @@ def test_a_crash_in_the_sandbox_reports_its_signal(setup_attack: dict[str, Any])
 
 
 def test_a_test_file_cannot_touch_the_checkout_or_see_kfbot(
-        method_path: tuple[str, str], secret_holder: None, tmp_path: Path) -> None:
+        method_path: tuple[str, dict[str, str]], secret_holder: None, tmp_path: Path) -> None:
     method, path = method_path
     mark = f"daemon-capture-{method}-{tmp_path.name}-{os.getpid()}"
     outside = tmp_path / "outside.txt"
@@ -306,10 +339,10 @@ def test_a_test_file_cannot_touch_the_checkout_or_see_kfbot(
     line = next(x for x in ran["tail"].splitlines() if x.startswith("ATTACK "))
     report = json.loads(line.removeprefix("ATTACK "))
     assert ran["method"] == method
-    assert report["git_config"] == report["checkout"] == "Read-only file system"
+    assert report["git_config"] == report["checkout"] == _denied(method)
     assert (root / ".git" / "config").read_bytes() == config_before
     assert not (root / "planted_in_checkout.py").exists() and not outside.exists()
-    assert report["package"] == report["venv"] == "Read-only file system"
+    assert report["package"] == report["venv"] == _denied(method)
     assert SECRET not in report["environ"]
     assert not running(mark)
 
@@ -318,7 +351,7 @@ def test_a_test_file_cannot_touch_the_checkout_or_see_kfbot(
 
 
 def test_a_candidate_in_the_worker_cannot_escape(
-        method_path: tuple[str, str], secret_holder: None, tmp_path: Path) -> None:
+        method_path: tuple[str, dict[str, str]], secret_holder: None, tmp_path: Path) -> None:
     method, path = method_path
     mark = f"daemon-worker-{method}-{tmp_path.name}-{os.getpid()}"
     folder = tmp_path / "candidate"
@@ -331,7 +364,7 @@ def test_a_candidate_in_the_worker_cannot_escape(
     ran = _drive(DRIVER_WORKER, path, str(folder), str(root), mark, str(outside))
     assert (ran["method"], ran["status"]) == (method, "ok"), ran["reason"]
     report = ran["value"]
-    assert report["package"] == report["venv"] == report["git_config"] == "Read-only file system"
+    assert report["package"] == report["venv"] == report["git_config"] == _denied(method)
     assert SECRET not in report["environ"]
     assert not outside.exists() and not any(p.exists() for p in _planted_files())
     assert not running(mark)  # the session closed: its namespace and the daemon with it
@@ -341,7 +374,7 @@ def test_a_candidate_in_the_worker_cannot_escape(
 
 
 def test_without_any_sandbox_the_reasons_and_the_fix_are_named(bare_path: str) -> None:
-    found = _detect(bare_path)
+    found = _detect(PATH=bare_path, **{CHOICE_VARIABLE: "bwrap,unshare"})
     assert found["method"] == "none"
     assert found["failed"] == ["bwrap: `bwrap` is not on PATH", "unshare: `unshare` is not on PATH"]
     assert "apt-get install bubblewrap" in found["advice"]
@@ -352,9 +385,10 @@ def _verify(path: str, *extra: str, **env: str) -> subprocess.CompletedProcess[s
     """`kfbot verify` on a runner with `path`, holding no secret but those in `env`."""
     left_out = {*held_secrets(os.environ), ALLOW_VARIABLE}
     clean = {k: v for k, v in os.environ.items() if k not in left_out}
+    tried = {CHOICE_VARIABLE: "bwrap,unshare"}
     return subprocess.run(
         [sys.executable, "-m", "kfbot", "verify", "saxpy_kernel", "--repo", str(EXAMPLE),
-         *extra], env={**clean, "PATH": path, **env}, capture_output=True, text=True,
+         *extra], env={**clean, "PATH": path, **tried, **env}, capture_output=True, text=True,
         timeout=600)
 
 

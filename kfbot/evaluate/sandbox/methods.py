@@ -132,16 +132,16 @@ def detect() -> Sandbox:
 
 
 def chosen() -> tuple[Method, ...]:
-    """The methods to try: all, or the one an operator named. Raises ValueError for a
-    name that is not a method."""
-    name = os.environ.get(CHOICE_VARIABLE, "").strip()
-    if not name:
+    """The methods to try: all, or those an operator named (comma-separated, in that
+    order). Raises ValueError for a name that is not a method."""
+    names = [n.strip() for n in os.environ.get(CHOICE_VARIABLE, "").split(",") if n.strip()]
+    if not names:
         return METHODS
-    for method in METHODS:
-        if name == method:
-            return (method,)
-    raise ValueError(f"{CHOICE_VARIABLE}={name!r} names no sandbox; use one of "
-                     f"{', '.join(METHODS)}")
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ValueError(f"{CHOICE_VARIABLE}={','.join(names)!r}: {', '.join(unknown)} names "
+                         f"no sandbox; use one or more of {', '.join(METHODS)}")
+    return tuple(m for n in names for m in METHODS if m == n)
 
 
 def _tool(method: Method) -> tuple[str | None, str | None]:
