@@ -297,11 +297,17 @@ def test_setup_py_writes_nothing_outside_its_copy(setup_attack: dict[str, Any]) 
     # (Where the path lies in /tmp, the write may land in the sandbox's private /tmp.)
     assert not setup_attack["outside"].exists()
     assert report["tmp"] == "written"
-    shared = Path("/tmp", setup_attack["mark"])
-    if setup_attack["method"] == "separate-user":  # /tmp is shared: the file is its own
+    _check_tmp(setup_attack["method"], setup_attack["mark"])
+
+
+def _check_tmp(method: str, mark: str) -> None:
+    """A namespace's /tmp is private: what the attack wrote there is gone. A separate
+    user shares the machine's /tmp: the file is there, its own, not root's."""
+    shared = Path("/tmp", mark)
+    if method == "separate-user":
         assert shared.stat().st_uid not in (0, os.getuid())
         shared.unlink()
-    else:  # its private /tmp, which nobody else sees
+    else:
         assert not shared.exists()
 
 
@@ -345,6 +351,7 @@ def test_a_test_file_cannot_touch_the_checkout_or_see_kfbot(
     assert report["package"] == report["venv"] == _denied(method)
     assert SECRET not in report["environ"]
     assert not running(mark)
+    _check_tmp(method, mark)
 
 
 # ---- a candidate's code, loaded by the GPU worker ------------------------------------------
@@ -368,6 +375,7 @@ def test_a_candidate_in_the_worker_cannot_escape(
     assert SECRET not in report["environ"]
     assert not outside.exists() and not any(p.exists() for p in _planted_files())
     assert not running(mark)  # the session closed: its namespace and the daemon with it
+    _check_tmp(method, mark)
 
 
 # ---- no sandbox ----------------------------------------------------------------------------
@@ -379,6 +387,45 @@ def test_without_any_sandbox_the_reasons_and_the_fix_are_named(bare_path: str) -
     assert found["failed"] == ["bwrap: `bwrap` is not on PATH", "unshare: `unshare` is not on PATH"]
     assert "apt-get install bubblewrap" in found["advice"]
     assert "user namespaces" in found["advice"]
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+DETECT = ("from kfbot.evaluate.sandbox import detect; box = detect(); "
+          "print(box.summary()); print(box.advice())")
+
+
+def _detect_with(python: str, *wrapper: str) -> subprocess.CompletedProcess[str]:
+    """What `python` finds when only the separate user may be used."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), CHOICE_VARIABLE: "separate-user"}
+    done = subprocess.run([*wrapper, python, "-c", DETECT], env=env, capture_output=True,
+                          text=True, timeout=120, cwd="/")
+    if "No module named" in done.stderr:
+        pytest.skip(f"{python} cannot import kfbot: {done.stderr.splitlines()[-1]}")
+    return done
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="runs kfbot as an unprivileged user: needs root and setpriv")
+def test_a_separate_user_needs_kfbot_to_be_root() -> None:
+    done = _detect_with("/usr/bin/python3", *AS_NOBODY)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "no sandbox: separate user: kfbot is not root"
+    assert "run kfbot as root" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the separate user needs root")
+def test_a_separate_user_is_refused_where_others_can_write_kfbots_python(
+        tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    tmp_path.chmod(0o755)
+    venv.chmod(0o777)  # world-writable, not sticky
+    done = _detect_with(str(venv / "bin" / "python"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (
+        f"no sandbox: separate user: {venv} is writable by group or others: the command "
+        f"could rewrite kfbot's interpreter or packages (chmod go-w {venv})")
 
 
 def _verify(path: str, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
