@@ -535,3 +535,59 @@ def test_a_setsid_daemon_dies_on_a_timeout_and_when_kfbot_exits(
     assert ran["method"] == method
     assert ran.get("timed_out", True) and "started" in ran.get("tail", ran.get("said", ""))
     assert not running(mark)
+
+
+# ---- two commands at once, one written folder (a candidate's worker and its judge) ----------
+
+WRITER = """
+import os, sys, time
+name = sys.argv[1]
+open(name + "-1", "w").write("first")
+os.makedirs(name + "-dir", exist_ok=True)
+open(name + "-dir/inner", "w").write("x")
+print("wrote", flush=True)
+sys.stdin.readline()  # until the other command has started
+open(name + "-2", "w").write("after the other started")
+open(name + "-dir/inner", "a").write("y")
+try:
+    os.rename(".git", "moved-git")
+    print("moved .git")
+except OSError as exc:
+    print("git", exc.strerror)
+"""
+DRIVER_SHARED = """
+import json, subprocess, sys
+from kfbot.evaluate.sandbox import confined, sandbox, untrusted_env
+from kfbot.evaluate.sandbox.policy import finished
+folder, writer = sys.argv[1:3]
+env = untrusted_env()
+def start(name):
+    argv = confined([sys.executable, "-c", writer, name], folder, [folder], env=env)
+    proc = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout.readline() == "wrote\\n"
+    return argv, proc
+first = start("a")
+second = start("b")
+said = []
+for argv, proc in (first, second):
+    said.append(proc.communicate("go\\n")[0].strip())
+    finished(argv)
+print(json.dumps({"method": sandbox().method, "said": said}))
+"""
+
+
+def test_commands_at_once_share_their_written_folder_but_not_its_git(
+        method_path: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    method, env = method_path
+    folder = _checkout(tmp_path / "scratch", {"README.md": "a copy\n"})
+    ran = _drive(DRIVER_SHARED, env, str(folder), WRITER)
+    assert ran["method"] == method
+    # (A mount point cannot be renamed; a separate user's .git sits in a sticky folder.)
+    expected = "Operation not permitted" if method == "separate-user" else \
+        "Device or resource busy"
+    assert ran["said"] == [f"git {expected}"] * 2
+    for name in ("a", "b"):
+        assert (folder / f"{name}-2").read_text() == "after the other started"
+        assert (folder / f"{name}-dir" / "inner").read_text() == "xy"
+    assert (folder / ".git" / "config").is_file() and not (folder / "moved-git").exists()

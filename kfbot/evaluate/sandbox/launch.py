@@ -144,6 +144,7 @@ def run_as_user(spec: dict[str, Any], command: list[str]) -> int:
     if child == 0:
         try:
             become(uid, int(spec["gid"]))
+            os.umask(int(spec["umask"]))  # what it writes, the next command may change
             limit(spec)
         except OSError as exc:
             sys.stderr.write(f"kfbot sandbox: {exc}\n")

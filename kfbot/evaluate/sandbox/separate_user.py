@@ -1,14 +1,15 @@
 """The sandbox of last resort when kfbot runs as root: the untrusted command runs as a
-uid and gid of its own, which no other process uses and no file of kfbot's belongs to.
+uid of its own, in a group of kfbot's process, which no other process uses and no file of
+kfbot's belongs to.
 
 Where neither bubblewrap nor user namespaces work (a container whose seccomp profile
 refuses `unshare`), root can still give the command a user that owns nothing. Each command
 gets a fresh id from a high range (no passwd entry needed), no supplementary groups,
 `PR_SET_NO_NEW_PRIVS`, the per-file size cap, and a private `HOME` and `TMPDIR` owned by
 that id. The folders the spawn point names as written (kfbot's own scratch copies and
-output folders) are handed to that id, but for any `.git` and kfbot's own files inside
-them, which stay root's. Everything else it can write is what any user can: the shared
-/tmp, /dev/shm.
+output folders) are made writable by the group, but for any `.git` and kfbot's own files
+inside them, which stay root's and read-only. Everything else it can write is what any
+user can: the shared /tmp, /dev/shm.
 
 It does not hide kfbot's processes (there is no PID namespace): their environments and
 memory are root's, which the id cannot open, and it cannot signal them. When the command
@@ -49,6 +50,7 @@ _lock = threading.Lock()
 _leases: dict[int, Lease] = {}
 _opened: dict[str, int] = {}  # folders given search permission: their original modes
 _registered = False
+_group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Lease:
     """An id lent to one command, and the private folders made for it."""
 
     uid: int
+    gid: int  # shared by the commands of this kfbot process: they share written folders
     folder: str  # holds its home and tmp; removed on release
 
     @property
@@ -112,18 +115,20 @@ def _writable_by_others(path: str) -> str | None:
 
 def lease(view: View) -> Lease:
     """A fresh id for one command that sees `view`, its folders ready."""
-    global _registered
+    global _registered, _group
     with _lock:
         if not _registered:
             atexit.register(release_all)
             _registered = True
+        if _group is None:
+            _group = _free_id()
         uid = _free_id()
-        lent = Lease(uid, os.path.join(scratch_root(), "users", str(uid)))
+        lent = Lease(uid, _group, os.path.join(scratch_root(), "users", str(uid)))
         _leases[uid] = lent
     for folder in (lent.home, lent.tmp):
         os.makedirs(folder, mode=0o700)
-        os.chown(folder, uid, uid)
-    _hand_over(view, uid)
+        os.chown(folder, uid, lent.gid)
+    _hand_over(view, lent.gid)
     # kfbot's interpreter and packages too: the command may be kfbot's own worker.
     _open_way([lent.folder, view.cwd, *(path for path, _ in view.binds),
                *_kfbot_folders(), *(p for p in sys.path if p)])
@@ -132,13 +137,13 @@ def lease(view: View) -> Lease:
 
 def spec(lent: Lease, view: View, file_bytes: int) -> dict[str, object]:
     """What the launcher needs to start the command as the lent id."""
-    return {"mode": METHOD, "uid": lent.uid, "gid": lent.uid, "cwd": view.cwd,
+    return {"mode": METHOD, "uid": lent.uid, "gid": lent.gid, "umask": 0o002, "cwd": view.cwd,
             "file_bytes": file_bytes, "env": {"HOME": lent.home, "TMPDIR": lent.tmp}}
 
 
 def _free_id() -> int:
     ranges = _free_ranges()
-    taken = set(_leases) | _ids_in_use()
+    taken = set(_leases) | {_group} | _ids_in_use()
     for _ in range(_TRIES):
         low, high = random.choice(ranges)
         uid = random.randint(low, high)
@@ -197,9 +202,12 @@ def _statuses() -> Iterator[dict[str, str]]:
             continue  # it ended
 
 
-def _hand_over(view: View, uid: int) -> None:
-    """Make the view's written folders the id's, but for what stays read-only in them
-    (every `.git`, kfbot's own files) and kfbot's shared scratch home."""
+def _hand_over(view: View, gid: int) -> None:
+    """Make the view's written folders writable by the commands' group, but for what
+    stays read-only in them (every `.git`, kfbot's own files) and kfbot's shared scratch
+    home. Root keeps owning them: the group is shared by the commands running at once
+    (a candidate's worker writes where the judge's reads), and no command can chmod what
+    another made writable."""
     kept = {path for path, mode in view.binds if mode == "ro"} | {scratch_home()}
     for top in view.writable():
         if top in kept:
@@ -208,31 +216,29 @@ def _hand_over(view: View, uid: int) -> None:
             guarded = [d for d in (*dirs, *files)
                        if d == ".git" or os.path.join(folder, d) in kept]
             dirs[:] = [d for d in dirs if d not in guarded]
-            if guarded:
-                _share_guarded(folder, uid)
-            else:
-                os.lchown(folder, uid, uid)
+            # Sticky where something must stay: a command removes or renames only its own
+            # files there, so it cannot move `.git` away and put its own in its place.
+            _share(folder, gid, stat.S_IRWXG | stat.S_ISGID |
+                   (stat.S_ISVTX if guarded else 0))
             for name in files:
                 if name not in guarded:
-                    _give(os.path.join(folder, name), uid)
+                    _give(os.path.join(folder, name), gid)
 
 
-def _share_guarded(folder: str, uid: int) -> None:
-    """A folder that holds what must stay root's (`.git`): root's, writable by the id's
-    group, and sticky, so that the id adds and removes its own files there but cannot
-    rename `.git` away and put its own in its place."""
-    os.lchown(folder, 0, uid)
-    mode = stat.S_IMODE(os.lstat(folder).st_mode)
-    os.chmod(folder, mode | stat.S_ISVTX | stat.S_IRWXG)
+def _share(path: str, gid: int, bits: int) -> None:
+    os.lchown(path, 0, gid)
+    os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | bits)
 
 
-def _give(path: str, uid: int) -> None:
+def _give(path: str, gid: int) -> None:
     info = os.lstat(path)
-    # A second link to a file elsewhere (a copy made with hard links) stays root's: the
-    # id would own the other name too.
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-        return
-    os.lchown(path, uid, uid)
+    if stat.S_ISLNK(info.st_mode):
+        os.lchown(path, 0, gid)
+    # A second link to a file elsewhere (a copy made with hard links) stays as it is: the
+    # group would get the other name too.
+    elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        executable = stat.S_IXGRP if info.st_mode & stat.S_IXUSR else 0
+        _share(path, gid, stat.S_IRGRP | stat.S_IWGRP | executable)
 
 
 def _open_way(paths: Sequence[str]) -> None:
