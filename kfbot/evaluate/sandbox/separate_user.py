@@ -226,12 +226,18 @@ def _hand_over(view: View, gid: int) -> None:
 
 
 def _share(path: str, gid: int, bits: int) -> None:
-    os.lchown(path, 0, gid)
-    os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | bits)
+    try:
+        os.lchown(path, 0, gid)
+        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | bits)
+    except FileNotFoundError:
+        return  # removed meanwhile by a command that runs at once
 
 
 def _give(path: str, gid: int) -> None:
-    info = os.lstat(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
     if stat.S_ISLNK(info.st_mode):
         os.lchown(path, 0, gid)
     # A second link to a file elsewhere (a copy made with hard links) stays as it is: the
