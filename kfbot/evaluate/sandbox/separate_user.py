@@ -191,6 +191,11 @@ def _ids_in_use() -> set[int]:
     return found
 
 
+def _runs_as(uid: int) -> bool:
+    """Whether a process here has `uid` (a zombie counts: it is cheap to be sure)."""
+    return any(str(uid) in status.get("Uid", "").split() for status in _statuses())
+
+
 def _statuses() -> Iterator[dict[str, str]]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -277,7 +282,8 @@ def lease_of(argv: Sequence[str]) -> int | None:
 
 def release(uid: int) -> None:
     """Kill every process of `uid`, remove its private folders, and forget it."""
-    kill_all(uid)
+    if _runs_as(uid):  # mostly not: the launcher kills what is left when the command ends
+        kill_all(uid)
     with _lock:
         lent = _leases.pop(uid, None)
     if lent is not None:
