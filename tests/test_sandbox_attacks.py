@@ -448,6 +448,13 @@ def test_no_sandbox_and_a_secret_held_is_a_refusal(bare_path: str, tmp_path: Pat
     assert "apt-get install bubblewrap" in done.stderr and "--allow-unsandboxed" in done.stderr
 
 
+def test_a_sandbox_name_that_is_no_method_is_a_usage_error(tmp_path: Path) -> None:
+    done = _verify(os.environ["PATH"], KFBOT_SANDBOX="bwrap,jail", KFBOT_CACHE=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert "KFBOT_SANDBOX='bwrap,jail': jail names no sandbox; use one or more of bwrap, " \
+        "unshare, separate-user" in done.stderr
+
+
 @pytest.mark.parametrize("allowed", [("--allow-unsandboxed",), ()])
 def test_allowed_or_without_a_secret_it_runs_unsandboxed_and_says_so(
         bare_path: str, tmp_path: Path, allowed: tuple[str, ...]) -> None:
