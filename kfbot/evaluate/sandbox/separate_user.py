@@ -212,44 +212,46 @@ def _hand_over(view: View, gid: int) -> None:
     stays read-only in them (every `.git`, kfbot's own files) and kfbot's shared scratch
     home. Root keeps owning them: the group is shared by the commands running at once
     (a candidate's worker writes where the judge's reads), and no command can chmod what
-    another made writable."""
+    another made writable. A command running meanwhile may swap a file for a link: the
+    walk goes by folder descriptors and changes only what it opened without following
+    one."""
     kept = {path for path, mode in view.binds if mode == "ro"} | {scratch_home()}
     for top in view.writable():
         if top in kept:
             continue
-        for folder, dirs, files in os.walk(top):
+        for folder, dirs, files, fd in os.fwalk(top):
             guarded = [d for d in (*dirs, *files)
                        if d == ".git" or os.path.join(folder, d) in kept]
             dirs[:] = [d for d in dirs if d not in guarded]
             # Sticky where something must stay: a command removes or renames only its own
             # files there, so it cannot move `.git` away and put its own in its place.
-            _share(folder, gid, stat.S_IRWXG | stat.S_ISGID |
-                   (stat.S_ISVTX if guarded else 0))
+            _share(fd, gid, stat.S_IRWXG | stat.S_ISGID | (stat.S_ISVTX if guarded else 0))
             for name in files:
                 if name not in guarded:
-                    _give(os.path.join(folder, name), gid)
+                    _give(name, fd, gid)
 
 
-def _share(path: str, gid: int, bits: int) -> None:
+def _share(fd: int, gid: int, bits: int) -> None:
+    os.fchown(fd, 0, gid)
+    os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | bits)
+
+
+def _give(name: str, folder_fd: int, gid: int) -> None:
+    """Share one regular file; a link, a FIFO or a file gone meanwhile is left alone."""
     try:
-        os.lchown(path, 0, gid)
-        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | bits)
-    except FileNotFoundError:
-        return  # removed meanwhile by a command that runs at once
-
-
-def _give(path: str, gid: int) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder_fd)
+    except OSError:
         return
-    if stat.S_ISLNK(info.st_mode):
-        os.lchown(path, 0, gid)
-    # A second link to a file elsewhere (a copy made with hard links) stays as it is: the
-    # group would get the other name too.
-    elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
-        executable = stat.S_IXGRP if info.st_mode & stat.S_IXUSR else 0
-        _share(path, gid, stat.S_IRGRP | stat.S_IWGRP | executable)
+    try:
+        info = os.fstat(fd)
+        # A second link to a file elsewhere (a copy made with hard links) stays as it is:
+        # the group would get the other name too.
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            executable = stat.S_IXGRP if info.st_mode & stat.S_IXUSR else 0
+            _share(fd, gid, stat.S_IRGRP | stat.S_IWGRP | executable)
+    finally:
+        os.close(fd)
 
 
 def _open_way(paths: Sequence[str]) -> None:
