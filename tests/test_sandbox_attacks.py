@@ -587,12 +587,15 @@ print(json.dumps({"method": sandbox().method, "said": said}))
 def test_commands_at_once_share_their_written_folder_but_not_its_git(
         method_path: tuple[str, dict[str, str]], tmp_path: Path) -> None:
     method, env = method_path
-    folder = _checkout(tmp_path / "scratch", {"README.md": "a copy\n"})
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)  # kfbot lets the command through, and closes it again
+    folder = _checkout(closed / "scratch", {"README.md": "a copy\n"})
     target = tmp_path / "not-for-the-command.txt"
     target.write_text("root's\n")
     target.chmod(0o644)
     (folder / "link").symlink_to(target)  # the folder is shared: the link's target is not
     ran = _drive(DRIVER_SHARED, env, str(folder), WRITER)
+    assert closed.stat().st_mode & 0o7777 == 0o700  # restored when kfbot exited
     assert (target.stat().st_mode & 0o7777, target.stat().st_gid) == (0o644, os.getgid())
     assert ran["method"] == method
     # (A mount point cannot be renamed; a separate user's .git sits in a sticky folder.)

@@ -255,19 +255,38 @@ def _give(name: str, folder_fd: int, gid: int) -> None:
 
 
 def _open_way(paths: Sequence[str]) -> None:
-    """Give others search permission (never read) on the folders above `paths` that lack
-    it, so that the id reaches them; the modes are restored when kfbot exits."""
-    for path in paths:
-        for folder in (Path(path), *Path(path).parents):
-            text = str(folder)
-            with _lock:
-                if text in _opened or not os.path.isdir(text):
-                    continue
-                mode = stat.S_IMODE(os.stat(text).st_mode)
-                if mode & stat.S_IXOTH:
-                    continue
-                _opened[text] = mode
-                os.chmod(text, mode | stat.S_IXOTH)
+    """Give others search permission (never read) on each of `paths` (a folder) and the
+    folders above it that lack it, so that the id reaches them; the modes are restored
+    when kfbot exits. A link is resolved first, then the walk down from `/` goes by
+    descriptors and stops at a link (one a running command has just put there)."""
+    for path in {os.path.realpath(p) for p in paths}:
+        try:
+            _open_down(path)
+        except OSError:
+            continue  # not a folder, or gone: the command says what it cannot open
+
+
+def _open_down(path: str) -> None:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        here = Path("/")
+        for part in Path(path).parts[1:]:
+            child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd, here = child, here / part
+            _open_one(fd, str(here))
+    finally:
+        os.close(fd)
+
+
+def _open_one(fd: int, path: str) -> None:
+    with _lock:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if path in _opened or mode & stat.S_IXOTH:
+            return
+        _opened[path] = mode
+        os.fchmod(fd, mode | stat.S_IXOTH)
 
 
 # ---- taking it back ------------------------------------------------------------------------
