@@ -72,7 +72,7 @@ def confined_run(box: Sandbox, argv: Sequence[str], view: View) -> None:
 WORKER = """
 import time
 from kfbot.evaluate.sandbox import sandbox
-from kfbot.evaluate.worker import run_job
+from kfbot.evaluate.worker.session import run_job
 method = sandbox().method  # found before the clock starts: once per kfbot process
 started = time.perf_counter()
 result = run_job("builtins:dict", {}, 60.0)

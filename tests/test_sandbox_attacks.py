@@ -100,8 +100,8 @@ def test_attack():
 DRIVER_SETUP = """
 import json, sys
 from pathlib import Path
-from kfbot.evaluate.build.own import OwnBuilder, own_recipe
-from kfbot.evaluate.processes import run_process
+from kfbot.evaluate.build.layouts.own import OwnBuilder, own_recipe
+from kfbot.evaluate.sandbox.processes import run_process
 from kfbot.evaluate.sandbox import sandbox, untrusted_env
 root, scratch = Path(sys.argv[1]), Path(sys.argv[2])
 build = OwnBuilder(scratch, timeout_s=120).original(root, own_recipe("setup.py"))
@@ -113,9 +113,9 @@ print(json.dumps({"method": sandbox().method, "why": build.why, "tail": build.ta
 DRIVER_CAPTURE = """
 import json, sys
 from pathlib import Path
-from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.capture.collect import capture_signatures
 from kfbot.evaluate.sandbox import sandbox
-from kfbot.evaluate.signature import OpRef
+from kfbot.evaluate.capture.signature import OpRef
 result = capture_signatures(Path(sys.argv[1]), ["tests/test_attack.py"],
                             [OpRef.parse("myops.scale")], timeout_s=120)
 print(json.dumps({"method": sandbox().method, "tail": result.runs[0].ran.tail}))
@@ -123,7 +123,7 @@ print(json.dumps({"method": sandbox().method, "tail": result.runs[0].ran.tail}))
 DRIVER_WORKER = """
 import json, sys
 from kfbot.evaluate.sandbox import sandbox
-from kfbot.evaluate.worker import WorkerSession
+from kfbot.evaluate.worker.session import WorkerSession
 folder, repo, mark, outside = sys.argv[1:5]
 with WorkerSession(python_path=[folder], cwd=repo, startup_timeout_s=120) as session:
     result = session.call("planted_job:attack_job",
@@ -485,7 +485,8 @@ def test_kfbots_memory_is_out_of_reach_of_its_users_other_processes(protected: b
     """As another user (root may read any memory): a child of kfbot of the same user can
     open neither kfbot's memory nor its environment once kfbot protected itself."""
     python = "/usr/bin/python3"
-    protect = "from kfbot.credentials import protect\nprotect()\n" if protected else ""
+    protect = ("from kfbot.evaluate.sandbox.credentials import protect\nprotect()\n"
+               if protected else "")
     code = HOLDER.format(protect=protect, peek=PEEK)
     done = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],
@@ -506,7 +507,7 @@ DAEMON = ("import subprocess, sys, time\n"
 DRIVER_TIMEOUT = """
 import json, sys
 from pathlib import Path
-from kfbot.evaluate.processes import run_process
+from kfbot.evaluate.sandbox.processes import run_process
 from kfbot.evaluate.sandbox import sandbox, untrusted_env
 folder, daemon, mark = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 ran = run_process([sys.executable, "-c", daemon, mark], folder, untrusted_env(), 3,
