@@ -45,6 +45,7 @@ LAST_ID = 1_999_999_999
 _LOW_FALLBACK = 100_000  # the floor when a container maps fewer ids
 _TRIES = 64
 _KILL_TIMEOUT_S = 60.0
+_LAUNCHER = str(Path(__file__).resolve().with_name("launch.py"))  # its "kill" mode
 
 _lock = threading.Lock()
 _leases: dict[int, Lease] = {}
@@ -328,8 +329,6 @@ def release_all() -> None:
 def kill_all(uid: int) -> None:
     """Kill every process of `uid`, from a process that takes that id (root's `kill(-1)`
     would kill everything)."""
-    from kfbot.evaluate.sandbox.methods import LAUNCHER
-
     order = json.dumps({"mode": "kill", "uid": uid})
-    subprocess.run([sys.executable, "-I", "-S", LAUNCHER, order], stdin=subprocess.DEVNULL,
+    subprocess.run([sys.executable, "-I", "-S", _LAUNCHER, order], stdin=subprocess.DEVNULL,
                    capture_output=True, timeout=_KILL_TIMEOUT_S, check=False)
