@@ -342,6 +342,7 @@ def test_a_test_file_cannot_touch_the_checkout_or_see_kfbot(
         "tests/test_attack.py": _fill(TEST_PY, mark=mark, outside=str(outside))})
     config_before = (root / ".git" / "config").read_bytes()
     ran = _drive(DRIVER_CAPTURE, path, str(root))
+    assert "\nATTACK " in "\n" + ran["tail"], ran["tail"]
     line = next(x for x in ran["tail"].splitlines() if x.startswith("ATTACK "))
     report = json.loads(line.removeprefix("ATTACK "))
     assert ran["method"] == method
