@@ -45,6 +45,8 @@ MS_REC = 16384
 CLONE_NEWUSER = 0x10000000
 PR_SET_NO_NEW_PRIVS = 38
 _KILL_ROUNDS = 10_000
+# How soon a command whose kfbot died is killed (its own end is seen at once).
+_ORPHAN_CHECK_S = 0.5
 # The flags of a mount that a bind remount must repeat (statvfs reports them with the same
 # values); leaving out one that the outer namespace locked makes the kernel refuse.
 _KEPT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # noatime, nodiratime, relatime
@@ -140,9 +142,12 @@ def drop_privileges(uid: int, gid: int) -> None:
 def run_as_user(spec: dict[str, Any], command: list[str]) -> int:
     """Start the command as the spec's uid and wait for it; then kill all that uid runs."""
     uid = int(spec["uid"])
+    # Held until the wait, so that the command's end is never missed (and unblocked in it).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     child = os.fork()
     if child == 0:
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             become(uid, int(spec["gid"]))
             os.umask(int(spec["umask"]))  # what it writes, the next command may change
             limit(spec)
@@ -151,19 +156,32 @@ def run_as_user(spec: dict[str, Any], command: list[str]) -> int:
             os._exit(SETUP_FAILED)
         start(spec, command)
     os.closerange(3, 1 << 16)  # the command's pipes must close when the command does
+    status = _wait_while_kfbot_lives(child, uid, int(spec["parent"]))
+    _kill_user_from_child(uid)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _wait_while_kfbot_lives(child: int, uid: int, kfbot: int) -> int:
+    """The command's wait status. No namespace ends with kfbot here: should kfbot die
+    first (killed outright, so no exit handler of its own runs), every process of the
+    uid is killed then."""
     while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:
-            continue
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid == child:
+            return status
+        if os.getppid() != kfbot:  # re-parented: kfbot is gone
+            _kill_user_from_child(uid)
+            return os.waitpid(child, 0)[1]
+        signal.sigtimedwait({signal.SIGCHLD}, _ORPHAN_CHECK_S)
+
+
+def _kill_user_from_child(uid: int) -> None:
     killer = os.fork()
     if killer == 0:
         kill_user(uid)
         os._exit(0)
     os.waitpid(killer, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code
 
 
 def become(uid: int, gid: int) -> None:

@@ -81,10 +81,43 @@ def problem() -> str | None:
     if not _free_ranges():
         return "this user namespace maps no id above the system users"
     for path in _kfbot_folders():
-        found = _writable_by_others(path)
+        found = _writable_by_others(path) or (
+            _writable_inside(path) if path in _installed() else None)
         if found is not None:
             return (f"{found} is writable by group or others: the command could rewrite "
                     f"kfbot's interpreter or packages (chmod go-w {found})")
+    for path in _kept_folders():
+        found = _writable_by_others(path)
+        if found is not None:
+            return (f"{found} is writable by group or others: the command could change "
+                    f"what kfbot runs or pushes (chmod go-w {found})")
+    return None
+
+
+def _kept_folders() -> list[str]:
+    """The runner's tool cache and the checkout's `.git`: read-only in every sandbox."""
+    workspace = os.environ.get("GITHUB_WORKSPACE", "")
+    found = [os.environ.get("RUNNER_TOOL_CACHE", ""),
+             os.path.join(workspace, ".git") if workspace else "",
+             os.path.join(workspace, ".git", "config") if workspace else ""]
+    return [p for p in found if p and os.path.exists(p)]
+
+
+def _installed() -> set[str]:
+    """kfbot's package and virtual environment, looked at all the way down; not the
+    interpreter's own prefix, which may be /usr."""
+    package = str(Path(kfbot.__file__).resolve().parent)
+    return {package, sys.prefix} if sys.prefix != sys.base_prefix else {package}
+
+
+def _writable_inside(top: str) -> str | None:
+    """A folder below `top` that another user could change, if any: one would add a
+    module or a `.pth` file there that kfbot imports. Only folders are looked at: a
+    venv with torch holds some 4,000 (0.3 s on a busy 2-core machine) and 47,000 files,
+    which would double that, and pip writes no file others may change."""
+    for folder, _, _ in os.walk(top):
+        if _open_to_others(os.stat(folder)):
+            return folder
     return None
 
 
@@ -104,11 +137,15 @@ def _writable_by_others(path: str) -> str | None:
             info = folder.stat()
         except OSError:
             continue
-        world = info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX
-        group = info.st_mode & stat.S_IWGRP and info.st_gid != 0
-        if world or group:
+        if _open_to_others(info):
             return str(folder)
     return None
+
+
+def _open_to_others(info: os.stat_result) -> bool:
+    world = info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX
+    group = info.st_mode & stat.S_IWGRP and info.st_gid != 0
+    return bool(world or group)
 
 
 # ---- lending an id -------------------------------------------------------------------------
@@ -139,7 +176,8 @@ def lease(view: View) -> Lease:
 def spec(lent: Lease, view: View, file_bytes: int) -> dict[str, object]:
     """What the launcher needs to start the command as the lent id."""
     return {"mode": METHOD, "uid": lent.uid, "gid": lent.gid, "umask": 0o002, "cwd": view.cwd,
-            "file_bytes": file_bytes, "env": {"HOME": lent.home, "TMPDIR": lent.tmp}}
+            "parent": os.getpid(), "file_bytes": file_bytes,
+            "env": {"HOME": lent.home, "TMPDIR": lent.tmp}}
 
 
 def _free_id() -> int:
