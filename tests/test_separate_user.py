@@ -162,3 +162,34 @@ def test_a_tool_cache_or_git_others_can_write_is_refused(tmp_path: Path, kept: s
     assert _detect(python, **{kept: str(folder)}) == (
         f"no sandbox: separate user: {writable} is writable by group or others: the "
         f"command could change what kfbot runs or pushes (chmod go-w {writable})")
+
+
+SWAP_CWD = ("import os, sys\nos.chdir('..')\nos.rename('sub', 'old')\n"
+            "os.symlink(sys.argv[1], 'sub')\n")
+DRIVER_RESTORE = """
+import subprocess, sys
+from kfbot.evaluate.sandbox import confined, untrusted_env
+from kfbot.evaluate.sandbox.policy import finished
+folder, swap, victim = sys.argv[1:4]
+env = untrusted_env()
+argv = confined([sys.executable, "-c", swap, victim], folder + "/sub", [folder], env=env)
+subprocess.run(argv, cwd=folder + "/sub", env=env, check=True)
+finished(argv)
+"""
+
+
+def test_a_folder_swapped_for_a_link_does_not_get_its_mode_at_exit(tmp_path: Path) -> None:
+    """kfbot opens the way to the command's working folder and closes it again at exit:
+    by then the command may have put a link to another folder at that path."""
+    tmp_path.chmod(0o755)
+    folder = tmp_path / "scratch"
+    (folder / "sub").mkdir(parents=True)
+    for path in (folder, folder / "sub"):
+        path.chmod(0o700)  # as mkdtemp makes it: kfbot must open the way
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    victim.chmod(0o755)
+    code, said = _kfbot(DRIVER_RESTORE, tmp_path / "log", str(folder), SWAP_CWD, str(victim))
+    assert code == 0, said[-3000:]
+    assert (folder / "sub").is_symlink()  # the command did swap it
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755

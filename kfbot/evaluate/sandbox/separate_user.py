@@ -45,11 +45,14 @@ LAST_ID = 1_999_999_999
 _LOW_FALLBACK = 100_000  # the floor when a container maps fewer ids
 _TRIES = 64
 _KILL_TIMEOUT_S = 60.0
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LAUNCHER = str(Path(__file__).resolve().with_name("launch.py"))  # its "kill" mode
 
 _lock = threading.Lock()
 _leases: dict[int, Lease] = {}
-_opened: dict[str, int] = {}  # folders given search permission: their original modes
+# Folders given search permission: (original mode, device, inode), so that the mode goes
+# back to that folder only, whatever a command has put at its path since.
+_opened: dict[str, tuple[int, int, int]] = {}
 _registered = False
 _group: int | None = None
 
@@ -306,26 +309,44 @@ def _open_way(paths: Sequence[str]) -> None:
 
 
 def _open_down(path: str) -> None:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open("/", flags)
+    for fd, here in _walk_down(path):
+        _open_one(fd, here)
+
+
+def _walk_down(path: str) -> Iterator[tuple[int, str]]:
+    """A descriptor of each folder from `/` down to `path`, with its path, opened without
+    following a link: the walk ends (OSError) where a command has put one."""
+    fd = os.open("/", _FOLDER)
     try:
         here = Path("/")
         for part in Path(path).parts[1:]:
-            child = os.open(part, flags, dir_fd=fd)
+            child = os.open(part, _FOLDER, dir_fd=fd)
             os.close(fd)
             fd, here = child, here / part
-            _open_one(fd, str(here))
+            yield fd, str(here)
     finally:
         os.close(fd)
 
 
 def _open_one(fd: int, path: str) -> None:
     with _lock:
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        info = os.fstat(fd)
+        mode = stat.S_IMODE(info.st_mode)
         if path in _opened or mode & stat.S_IXOTH:
             return
-        _opened[path] = mode
+        _opened[path] = (mode, info.st_dev, info.st_ino)
         os.fchmod(fd, mode | stat.S_IXOTH)
+
+
+def _close_again(path: str, mode: int, device: int, inode: int) -> None:
+    """Give `path` its mode back, if it still is the folder that was opened."""
+    try:
+        for fd, here in _walk_down(path):
+            info = os.fstat(fd)
+            if here == path and (info.st_dev, info.st_ino) == (device, inode):
+                os.fchmod(fd, mode)
+    except OSError:
+        return  # removed meanwhile, or a link now
 
 
 # ---- taking it back ------------------------------------------------------------------------
@@ -357,11 +378,8 @@ def release_all() -> None:
     with _lock:
         opened = sorted(_opened.items(), reverse=True)
         _opened.clear()
-    for folder, mode in opened:
-        try:
-            os.chmod(folder, mode)
-        except OSError:
-            continue  # removed meanwhile
+    for folder, (mode, device, inode) in opened:
+        _close_again(folder, mode, device, inode)
 
 
 def kill_all(uid: int) -> None:
