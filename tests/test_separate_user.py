@@ -7,6 +7,7 @@ process of its own that holds a secret, with `KFBOT_SANDBOX=separate-user`.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -193,3 +194,48 @@ def test_a_folder_swapped_for_a_link_does_not_get_its_mode_at_exit(tmp_path: Pat
     assert code == 0, said[-3000:]
     assert (folder / "sub").is_symlink()  # the command did swap it
     assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+LITTER = """
+import os, sys
+mark = sys.argv[1]
+for shared in ("/tmp", "/var/tmp", "/dev/shm"):
+    os.makedirs(f"{shared}/{mark}-dir/deeper")
+    open(f"{shared}/{mark}-dir/deeper/file", "w").write("left behind")
+    open(f"{shared}/{mark}-file", "w").write("left behind")
+    os.symlink(sys.argv[2], f"{shared}/{mark}-link")
+"""
+DRIVER_LITTER = """
+import sys
+from pathlib import Path
+from kfbot.evaluate.sandbox.processes import run_process
+from kfbot.evaluate.sandbox import untrusted_env
+folder, litter, mark, kept = Path(sys.argv[1]), *sys.argv[2:5]
+ran = run_process([sys.executable, "-c", litter, mark, kept], folder, untrusted_env(), 60,
+                  folder / "log", writable=[folder])
+assert ran.exit_code == 0, ran.tail
+"""
+
+
+def test_what_the_id_left_in_tmp_and_dev_shm_is_removed(tmp_path: Path) -> None:
+    """The machine's /tmp, /var/tmp and /dev/shm are shared: what the command left there
+    would fill the disk or memory and wait for the next job. Root's files stay."""
+    mark = f"litter-{tmp_path.name}-{os.getpid()}"
+    kept = Path("/tmp", f"{mark}-roots")
+    kept.write_text("root's, beside the litter\n")
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    try:
+        code, said = _kfbot(DRIVER_LITTER, tmp_path / "log", str(folder), LITTER, mark,
+                            str(kept))
+        assert code == 0, said[-3000:]
+        assert _litter(mark) == [kept]
+        assert kept.read_text() == "root's, beside the litter\n"
+    finally:
+        for path in _litter(mark):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def _litter(mark: str) -> list[Path]:
+    return sorted(p for shared in ("/tmp", "/var/tmp", "/dev/shm")
+                  for p in Path(shared).glob(f"{mark}-*"))

@@ -20,6 +20,7 @@ takes the id itself and signals all it may (`kill(-1)`): `setsid` daemons includ
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import pwd
@@ -45,6 +46,7 @@ LAST_ID = 1_999_999_999
 _LOW_FALLBACK = 100_000  # the floor when a container maps fewer ids
 _TRIES = 64
 _KILL_TIMEOUT_S = 60.0
+_SHARED = ("/tmp", "/var/tmp", "/dev/shm")  # what any user may write
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LAUNCHER = str(Path(__file__).resolve().with_name("launch.py"))  # its "kill" mode
 
@@ -369,6 +371,26 @@ def release(uid: int) -> None:
         lent = _leases.pop(uid, None)
     if lent is not None:
         shutil.rmtree(lent.folder, ignore_errors=True)
+        _sweep(uid)
+
+
+def _sweep(uid: int) -> None:
+    """Remove what `uid` left in the folders every user may write: no process of it runs
+    any more and nobody else has it, so nothing there of that id is anyone's. Left, it
+    would fill the disk (or memory, in /dev/shm) and wait for the next job."""
+    for shared in _SHARED:
+        try:
+            entries = list(os.scandir(shared))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)  # by descriptors: follows no link inside
+                else:
+                    os.unlink(entry.path)
 
 
 def release_all() -> None:
