@@ -29,10 +29,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kfbot.anticheat.corpus import Entry, Outcome, load_corpus, named_checks, run_corpus
-from kfbot.evaluate.engine import EngineSettings
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.corpus import Entry, Outcome, load_corpus, named_checks, run_corpus  # noqa: E402
+from kfbot.evaluate.engine import EngineSettings  # noqa: E402
+
 FIXTURES = ROOT / "fixtures"
 TIMING = {"max_trials": 40, "min_trials": 10, "max_seconds": 5.0}
 OVERHEAD_TARGET = 0.20

@@ -1,7 +1,7 @@
 """Evaluation throughput on one GPU: 32 candidates per repository layout, end to end.
 
 Each candidate is built (the fast path where it applies: the kernel alone, linked to
-the host part of its unit compiled once for the original; see kfbot.evaluate.build.fast),
+the host part of its unit compiled once for the original; see kfbot.evaluate.build.fast.path),
 verified against the reference on fresh inputs and benchmarked against the original,
 in generations of 8 as the search runs them: builds on every core while the GPU works.
 The layouts (bench/layouts.py): torch-files (each kernel in its own .cu with the torch

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from kfbot.config import Config
-from kfbot.evaluate.build.own import OwnBuilder, own_recipe
+from kfbot.evaluate.build.layouts.own import OwnBuilder, own_recipe
 from kfbot.evaluate.build.symbols import holders
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel

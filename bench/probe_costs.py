@@ -67,7 +67,7 @@ def poison_rows() -> list[tuple[str, str, str, str]]:
     """Poisoning with the cache holding `k` free blocks of assorted sizes."""
     import torch
 
-    from kfbot.evaluate.device.probes import POISON_NAN, _free_blocks, poison
+    from kfbot.evaluate.poison import POISON_NAN, _free_blocks, poison
 
     rows = []
     for blocks in (4, 32, 128):

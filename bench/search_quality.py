@@ -60,7 +60,8 @@ from kfbot.scan.scanner import scan  # noqa: E402
 from kfbot.scan.select import select_kernel  # noqa: E402
 from kfbot.search.archive import Individual  # noqa: E402
 from kfbot.search.params import Knob, apply_point, knobs, space_size  # noqa: E402
-from kfbot.search.runner import OptimizeSettings, optimize  # noqa: E402
+from kfbot.search.plan import OptimizeSettings  # noqa: E402
+from kfbot.search.runner import optimize  # noqa: E402
 
 EXIT_OK, EXIT_FAIL, EXIT_NO_GPU = 0, 1, 3
 BUDGETS = (16, 32, 64)

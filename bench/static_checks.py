@@ -14,7 +14,8 @@ import argparse
 import statistics
 import time
 
-from kfbot.anticheat.static import Source, StaticInput, static_findings
+from kfbot.anticheat.static import static_findings
+from kfbot.anticheat.units import Source, StaticInput
 
 UNIT = """\
 #include <torch/extension.h>

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 COMMANDS = ("scan", "verify", "bench", "optimize", "reproduce", "lessons", "check", "hook",
             "action")
 # Commands that run untrusted code (candidates, the repository's tests and scripts) or
-# hold a token: they start with a clean environment (see kfbot.credentials).
+# hold a token: they start with a clean environment (see kfbot.evaluate.sandbox.credentials).
 PROTECTED = frozenset({"verify", "bench", "optimize", "reproduce", "action"})
 # Commands that run untrusted code: they take --allow-unsandboxed and read
 # `sandbox.allow_unsandboxed` from the repository's config (see kfbot.evaluate.sandbox).
@@ -153,8 +153,7 @@ def _sandbox_policy(args: argparse.Namespace, command: str) -> None:
     """Before any untrusted process: whether it may run unsandboxed, the secrets this
     process holds, and (with a secret) what it will import later, imported before the
     first untrusted process starts."""
-    from kfbot import credentials
-    from kfbot.evaluate.sandbox import configure, held_secrets
+    from kfbot.evaluate.sandbox import configure, credentials, held_secrets
 
     allow = bool(getattr(args, "allow_unsandboxed", False)) or _config_allows(args, command)
     secrets = held_secrets(credentials.original_environment())
@@ -214,7 +213,7 @@ class _Stderr(logging.Handler):
 def entry() -> int:
     """The `kfbot` program: `main`, after a protected command has shed its environment."""
     if len(sys.argv) > 1 and sys.argv[1] in PROTECTED:
-        from kfbot.credentials import protect
+        from kfbot.evaluate.sandbox.credentials import protect
 
         protect()
     return main()

@@ -37,7 +37,8 @@ from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.executor import ReplayExecutor
-from kfbot.search.runner import OptimizeSettings, optimize
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import optimize
 from kfbot.search.stopping import stop_on
 
 

@@ -7,6 +7,7 @@ for real without a GPU.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from kfbot.anticheat.adequacy import (
     MutantVerdict,
     check_adequacy,
 )
-from kfbot.evaluate.signature import OpRef
+from kfbot.evaluate.capture.collect import MutantRuns
+from kfbot.evaluate.capture.signature import OpRef
 
 pytest.importorskip("torch")
 
@@ -61,14 +63,19 @@ def _repo(tmp_path: Path, test: str) -> Path:
 
 # Each mutant is a pytest process of its own (seconds each on a small machine): the
 # tests below run the ones they are about; the strong test shows the defaults.
+def _gate(root: Path, op: str, mutants: Sequence[str]) -> Adequacy:
+    """The gate on the repository's tests/test_ops.py, run by the evaluation engine's capture."""
+    runs = MutantRuns(root, ("tests/test_ops.py",), OpRef.parse(op), timeout_s=120)
+    return check_adequacy(runs, mutants=mutants)
+
+
 STRONG_MUTANTS = ("zeros", "constant", "passthrough", "uninitialized", "strided-subsample",
                   "last-call-replay")
 
 
 def test_a_strong_test_rejects_every_mutant(tmp_path: Path) -> None:
     root = _repo(tmp_path, STRONG)
-    gate = check_adequacy(root, ["tests/test_ops.py"], OpRef.parse("ops.scale"), timeout_s=120,
-                          mutants=STRONG_MUTANTS)
+    gate = _gate(root, "ops.scale", STRONG_MUTANTS)
     assert [v.mutant for v in gate.verdicts] == list(STRONG_MUTANTS)
     once = {"last-call-replay"}  # the test calls the op once: nothing to replay
     assert {v.mutant: v.verdict for v in gate.verdicts} == {
@@ -88,8 +95,7 @@ WEAK_MUTANTS = ("zeros", "nan-output")
 
 def test_a_shape_only_test_is_reported_too_weak(tmp_path: Path) -> None:
     root = _repo(tmp_path, WEAK)
-    gate = check_adequacy(root, ["tests/test_ops.py"], OpRef.parse("ops.scale"), timeout_s=120,
-                          mutants=WEAK_MUTANTS)
+    gate = _gate(root, "ops.scale", WEAK_MUTANTS)
     assert gate.accepted == list(WEAK_MUTANTS)
     assert not gate.trusted
     findings = gate.findings()
@@ -102,8 +108,7 @@ def test_a_shape_only_test_is_reported_too_weak(tmp_path: Path) -> None:
 
 def test_a_test_that_never_calls_the_op_runs_no_mutant(tmp_path: Path) -> None:
     root = _repo(tmp_path, "def test_nothing():\n    assert True\n")
-    gate = check_adequacy(root, ["tests/test_ops.py"], OpRef.parse("ops.scale"), timeout_s=120,
-                          mutants=("zeros",))
+    gate = _gate(root, "ops.scale", ("zeros",))
     assert gate.verdicts == (MutantVerdict("zeros", "not-run", "the tests never called the op"),)
     assert not gate.trusted
     assert "could not be run" in gate.summary()
@@ -241,8 +246,7 @@ def _mean_repo(tmp_path: Path, test: str) -> Path:
 
 def test_a_loose_statistic_test_lets_the_new_mutants_through(tmp_path: Path) -> None:
     root = _mean_repo(tmp_path, LOOSE_MEAN_TEST)
-    gate = check_adequacy(root, ["tests/test_ops.py"], OpRef.parse("ops.row_mean"),
-                          timeout_s=120, mutants=LOOSE)
+    gate = _gate(root, "ops.row_mean", LOOSE)
     # Two calls of one shape: the replayed mean of other values is within 0.2 as well.
     assert gate.accepted == list(LOOSE), gate.verdicts
     assert "would let through: nan-output, closed-form, last-call-replay" in gate.summary()
@@ -250,8 +254,7 @@ def test_a_loose_statistic_test_lets_the_new_mutants_through(tmp_path: Path) -> 
 
 def test_a_tight_test_rejects_the_new_mutants(tmp_path: Path) -> None:
     root = _mean_repo(tmp_path, TIGHT_MEAN_TEST)
-    gate = check_adequacy(root, ["tests/test_ops.py"], OpRef.parse("ops.row_mean"),
-                          timeout_s=120, mutants=TIGHT)
+    gate = _gate(root, "ops.row_mean", TIGHT)
     assert {v.mutant: v.verdict for v in gate.verdicts} == dict.fromkeys(TIGHT, "rejected"), \
         gate.verdicts
     assert gate.trusted

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.anticheat.corpus import Entry, load_corpus, task_for
+from bench.corpus import Entry, load_corpus, task_for
 from kfbot.anticheat.rules import load_rules
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings

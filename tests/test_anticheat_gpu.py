@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.anticheat.corpus import Outcome, load_corpus, named_checks, run_corpus, task_for
+from bench.corpus import Outcome, load_corpus, named_checks, run_corpus, task_for
 from kfbot.evaluate.engine import Engine, EngineSettings
 
 pytestmark = pytest.mark.gpu

@@ -7,13 +7,14 @@ import pytest
 
 from kfbot.anticheat.physics import MAX_SPEEDUP, ShapeRate, physics_findings
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
-from kfbot.evaluate.stats import compare_times
+from kfbot.evaluate.verdict.stats import compare_times
 
 torch = pytest.importorskip("torch")
 
 
 def test_poisoned_elements_counts_only_untouched_elements() -> None:
-    from kfbot.evaluate.device.probes import POISON_FINITE, POISON_NAN, poisoned_elements
+    from kfbot.evaluate.device.probes import poisoned_elements
+    from kfbot.evaluate.poison import POISON_FINITE, POISON_NAN
 
     buf = torch.empty(10, dtype=torch.float32)
     buf.view(torch.uint8).fill_(POISON_NAN)

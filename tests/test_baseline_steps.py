@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from process_table import running
 
+from kfbot.evaluate.baseline.steps import StepReport
+from kfbot.evaluate.capture.signature import ScalarSpec
 from kfbot.evaluate.engine import Engine, EngineSettings
-from kfbot.evaluate.reference import ReferenceSpec
-from kfbot.evaluate.signature import ScalarSpec
-from kfbot.evaluate.steps import StepReport
+from kfbot.evaluate.reference.spec import ReferenceSpec
 from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.scan.model import BuildRecipe
 

@@ -28,8 +28,8 @@ from kfbot.evaluate.build import (
     module_name,
     rename_registrations,
 )
+from kfbot.evaluate.build.diagnostics import parse_ptxas_resources
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.diagnostics import parse_ptxas_resources
 from kfbot.scan.model import BuildRecipe
 from kfbot.scan.python_facts import extract_python_facts
 
@@ -369,9 +369,9 @@ def test_importing_the_builder_does_not_import_torch() -> None:
 
 
 def test_nvcc_flag_params_reach_device_compiles_only() -> None:
+    from kfbot.evaluate.build.cpp_extension import TorchFlags
     from kfbot.evaluate.build.flags import compile_command as _command
     from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM
-    from kfbot.evaluate.torch_build import TorchFlags
 
     flags = TorchFlags(cxx=("g++",), nvcc=("nvcc",), cflags=("-O2",), post_cflags=(),
                        cuda_cflags=("-O3",), cuda_post_cflags=(), cuda_dlink_post_cflags=(),

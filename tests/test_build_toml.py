@@ -81,7 +81,7 @@ def test_kernel_builder_fixture(tmp_path: Path) -> None:
         ("tests/test_rms_norm.py", 27, "test_rms_norm_layer")]
     assert kernel.references[0].chain[1].name == "kb_norm.rms_norm"  # torch-ext/kb_norm
     # Verification builds it: the op's namespace is whatever the build defines
-    # TORCH_EXTENSION_NAME as (kfbot.evaluate.build.kernel_builder).
+    # TORCH_EXTENSION_NAME as (kfbot.evaluate.build.layouts.kernel_builder).
     task = make_task(kernel, FIXTURE, Config())
     assert (task.op.kind, task.op.module, task.op.name) == (
         "torch_op", "TORCH_EXTENSION_NAME", "rms_norm")

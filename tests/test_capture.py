@@ -22,20 +22,19 @@ import torch
 
 import kfbot
 from kfbot.errors import KfbotError
-from kfbot.evaluate.capture import Capture
-from kfbot.evaluate.capture_run import (
+from kfbot.evaluate.capture.collect import (
     CaptureResult,
     capture_env,
     capture_signatures,
     kfbot_import_dir,
     read_results,
 )
-from kfbot.evaluate.describe import describe
-from kfbot.evaluate.signature import (
+from kfbot.evaluate.capture.describe import describe
+from kfbot.evaluate.capture.protocol import CaptureFile, CaptureRequest
+from kfbot.evaluate.capture.recorder import Capture
+from kfbot.evaluate.capture.signature import (
     ArgSpec,
     CallSignature,
-    CaptureFile,
-    CaptureRequest,
     OpRef,
     ScalarSpec,
     SequenceSpec,

@@ -1,6 +1,6 @@
 """The pre-commit hooks on real temporary git repositories: `kfbot check` (scan, nvcc's
 front end, reference pairing against HEAD), `kfbot hook verify` where there is no GPU,
-the shared logic in kfbot.changes, and the hook manifest."""
+the shared logic in kfbot.scan.changes, and the hook manifest."""
 
 from __future__ import annotations
 
@@ -17,17 +17,6 @@ import pytest
 import yaml
 from identify.identify import tags_from_filename
 
-from kfbot.changes import (
-    base_tree,
-    base_worktree,
-    broken_pairings,
-    by_op,
-    changed_kernels,
-    changed_paths,
-    compare_with_base,
-    given_paths,
-    resolve_base,
-)
 from kfbot.cli import build_parser, main
 from kfbot.commands.compile_check import (
     compile_result,
@@ -39,6 +28,17 @@ from kfbot.commands.compile_check import (
 from kfbot.commands.hook import missing_gpu
 from kfbot.config import Config
 from kfbot.errors import KfbotError
+from kfbot.evaluate.against_base import compare_with_base
+from kfbot.scan.changes import (
+    base_tree,
+    base_worktree,
+    broken_pairings,
+    by_op,
+    changed_kernels,
+    changed_paths,
+    given_paths,
+    resolve_base,
+)
 from kfbot.scan.model import BuildRecipe
 from kfbot.scan.scanner import scan
 
@@ -518,7 +518,7 @@ def test_a_project_in_a_subfolder(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert "csrc/softmax.cu:8: softmax_kernel: no reference test reaches it any more" in out
 
 
-# --- kfbot.changes ----------------------------------------------------------------------------
+# --- kfbot.scan.changes -----------------------------------------------------------------------
 
 
 def test_changed_paths_cover_staged_unstaged_untracked_and_deleted(tmp_path: Path) -> None:

@@ -11,12 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kfbot.evaluate.contract import Trial  # noqa: E402
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec  # noqa: E402
 from kfbot.evaluate.device.cleanroom import save_outputs, specs  # noqa: E402
+from kfbot.evaluate.inputs.contract import Trial  # noqa: E402
+from kfbot.evaluate.inputs.redrawn import distribution_trials  # noqa: E402
 from kfbot.evaluate.isolation import CLEAN_ROOM_JOB  # noqa: E402
-from kfbot.evaluate.redrawn import distribution_trials  # noqa: E402
-from kfbot.evaluate.signature import CallSignature, TensorSpec  # noqa: E402
-from kfbot.evaluate.worker import WorkerSession  # noqa: E402
+from kfbot.evaluate.worker.session import WorkerSession  # noqa: E402
 
 REPO = Path(__file__).resolve().parent / "data" / "softmax_repo"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[1])

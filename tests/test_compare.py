@@ -10,8 +10,8 @@ import torch
 
 from kfbot.config import Tolerance as ConfigTolerance
 from kfbot.errors import KfbotError
-from kfbot.evaluate.compare import Comparison, compare, tolerance_for
-from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, EXACT, Tolerance
+from kfbot.evaluate.verdict.compare import Comparison, compare, tolerance_for
+from kfbot.evaluate.verdict.tolerances import DEFAULT_TOLERANCES, EXACT, Tolerance
 
 F32 = DEFAULT_TOLERANCES["float32"]
 
@@ -278,7 +278,7 @@ def test_all_of_a_single_partial_block_wrong_is_a_tail_bug() -> None:
 
 
 def test_close_all_passes_only_where_compare_passes() -> None:
-    from kfbot.evaluate.compare import close_all
+    from kfbot.evaluate.verdict.compare import close_all
 
     tol = Tolerance(atol=1e-3, rtol=1e-3)
     base = torch.linspace(-2, 2, 64)
@@ -302,7 +302,7 @@ def test_close_all_passes_only_where_compare_passes() -> None:
 
 
 def test_close_all_finite_agrees_with_close_all_and_never_passes_more() -> None:
-    from kfbot.evaluate.compare import close_all, close_all_finite
+    from kfbot.evaluate.verdict.compare import close_all, close_all_finite
 
     tol = Tolerance(atol=1e-3, rtol=1e-3)
     base = torch.linspace(-2, 2, 64)

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.evaluate.contract import (
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec, contiguous_strides
+from kfbot.evaluate.capture.via import Via
+from kfbot.evaluate.inputs.contract import (
     FINDING,
     Contract,
     Trial,
@@ -23,9 +25,7 @@ from kfbot.evaluate.contract import (
     size_trials,
     standard_trials,
 )
-from kfbot.evaluate.signature import CallSignature, TensorSpec, contiguous_strides
-from kfbot.evaluate.via import Via
-from kfbot.evaluate.worker import JobResult, WorkerSession
+from kfbot.evaluate.worker.session import JobResult, WorkerSession
 
 REPO = Path(__file__).resolve().parent / "data" / "contract_repo"
 KFBOT_PARENT = str(Path(__file__).resolve().parents[1])
@@ -165,9 +165,9 @@ def test_the_original_narrows_the_contract(session: WorkerSession) -> None:
 
 def test_an_output_the_tests_comparison_accepts_passes_with_a_warning() -> None:
     torch = pytest.importorskip("torch")
-    from kfbot.evaluate.contract import lenient_findings
     from kfbot.evaluate.device.lenient import leniency_of
     from kfbot.evaluate.device.verify import Context, InputSet, Run, judge
+    from kfbot.evaluate.inputs.contract import lenient_findings
 
     inputs = InputSet("(4,) float32 seed#0", [torch.ones(4)], {})
     got, want = torch.tensor([2.5]), torch.tensor(2.5, dtype=torch.float64)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.evaluate.diagnostics import (
+from kfbot.evaluate.build.diagnostics import (
     demangle,
     parse_compiler_output,
     parse_ptxas_resources,

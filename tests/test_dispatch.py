@@ -15,8 +15,8 @@ from cuda_compile import NVCC, compile_all
 
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, shape_timings
-from kfbot.evaluate.signature import CallSignature, TensorSpec
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel

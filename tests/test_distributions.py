@@ -11,8 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kfbot.evaluate.contract import shape_label  # noqa: E402
-from kfbot.evaluate.distributions import (  # noqa: E402
+from kfbot.evaluate.capture.signature import CallSignature, ScalarSpec, TensorSpec  # noqa: E402
+from kfbot.evaluate.inputs.contract import shape_label  # noqa: E402
+from kfbot.evaluate.inputs.distributions import (  # noqa: E402
     DISTRIBUTIONS,
     PHASES,
     SPIKE_EXPONENTS,
@@ -21,9 +22,8 @@ from kfbot.evaluate.distributions import (  # noqa: E402
     draw_parameters,
     sample,
 )
-from kfbot.evaluate.inputs import make_args  # noqa: E402
-from kfbot.evaluate.redrawn import distribution_trials  # noqa: E402
-from kfbot.evaluate.signature import CallSignature, ScalarSpec, TensorSpec  # noqa: E402
+from kfbot.evaluate.inputs.fresh import make_args  # noqa: E402
+from kfbot.evaluate.inputs.redrawn import distribution_trials  # noqa: E402
 
 N = 1 << 18
 
@@ -202,8 +202,8 @@ def test_where_the_original_overflows_the_input_leaves_the_contract() -> None:
     """An original softmax without the max subtraction is right on the normal and
     uniform draws and overflows on the heavy tail, the wide range and the spikes:
     those three leave the contract as findings about the original."""
-    from kfbot.evaluate.contract import Contract, admitted
-    from kfbot.evaluate.worker import WorkerSession
+    from kfbot.evaluate.inputs.contract import Contract, admitted
+    from kfbot.evaluate.worker.session import WorkerSession
 
     spec = TensorSpec((64, 513), "float32", (513, 1), True, "cpu", -4.0, 4.0)
     trials = distribution_trials([CallSignature("softmax_ops.softmax_no_max", (spec,), ())],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from kfbot.evaluate.evaluation import Check, Evaluation, failed, shape_timings
-from kfbot.evaluate.report import to_json, to_markdown, verdict_line
+from kfbot.evaluate.render import to_json, to_markdown, verdict_line
 
 
 def _bench(orig: float, cand: float, n: int = 40) -> dict[str, object]:

@@ -15,17 +15,18 @@ from typing import Any
 
 import pytest
 
-from kfbot.anticheat.sources import recipe_for, static_input
 from kfbot.anticheat.static import static_findings
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Evaluation, shape_timings
+from kfbot.evaluate.sources import recipe_for, static_input
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.flag_edit import flag_list, flags_only_change, with_values
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.flags import flag_space, propose_flags, render, state_of
-from kfbot.search.runner import OptimizeSettings, make_plan, optimize
+from kfbot.search.plan import OptimizeSettings, make_plan
+from kfbot.search.runner import optimize
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "naive_real"
 SETUP = """\

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.changes import ChangedKernel, Comparison
-from kfbot.commands.guard import Tolerance, _guarded
 from kfbot.config import Config
 from kfbot.errors import KfbotError
+from kfbot.evaluate.against_base import Comparison
 from kfbot.evaluate.evaluation import Evaluation, failed, shape_timings
+from kfbot.github.action.guard import Tolerance, _guarded
 from kfbot.github.action_io import read_inputs
+from kfbot.scan.changes import ChangedKernel
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from process_table import running
 
-from kfbot.evaluate.capture_run import capture_signatures
-from kfbot.evaluate.signature import OpRef, ScalarSpec, TensorSpec
+from kfbot.evaluate.capture.collect import capture_signatures
+from kfbot.evaluate.capture.signature import OpRef, ScalarSpec, TensorSpec
 
 SCALE = OpRef.parse("myops.scale")
 OPS_PY = "def scale(x, alpha=2.0):\n    return x * alpha\n"

@@ -10,8 +10,9 @@ from pathlib import Path
 import git
 import pytest
 
-from kfbot.changes import by_op, changed_kernels, compare_with_base
 from kfbot.cli import main
+from kfbot.evaluate.against_base import compare_with_base
+from kfbot.scan.changes import by_op, changed_kernels
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from kfbot.errors import KfbotError
-from kfbot.evaluate.inputs import (
+from kfbot.evaluate.capture.signature import (
+    ArgSpec,
+    CallSignature,
+    ScalarSpec,
+    SequenceSpec,
+    TensorSpec,
+    contiguous_strides,
+)
+from kfbot.evaluate.inputs.fresh import (
     MAX_BEYOND_ELEMENTS,
     MAX_VARIANT_ELEMENTS,
     edge_signatures,
@@ -17,14 +25,6 @@ from kfbot.evaluate.inputs import (
     literal_signatures,
     make_args,
     scaled_signatures,
-)
-from kfbot.evaluate.signature import (
-    ArgSpec,
-    CallSignature,
-    ScalarSpec,
-    SequenceSpec,
-    TensorSpec,
-    contiguous_strides,
 )
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kfbot.evaluate.build import Builder, BuildRequest
-from kfbot.evaluate.build.kernel_builder import REGISTRATION_H
+from kfbot.evaluate.build.layouts.kernel_builder import REGISTRATION_H
+from kfbot.evaluate.capture.signature import TensorSpec
 from kfbot.evaluate.engine import Engine, EngineSettings
-from kfbot.evaluate.signature import TensorSpec
 from kfbot.evaluate.task import EXTENSION_NAMESPACE, KernelTask, OpBinding
 from kfbot.scan.model import BuildRecipe
 

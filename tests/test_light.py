@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, shape_timings
-from kfbot.evaluate.light import (
+from kfbot.evaluate.render import to_json, to_markdown, verdict_line
+from kfbot.evaluate.verdict.light import (
     LATENCY_US,
     floating_dtype,
     floor_for,
@@ -17,7 +18,6 @@ from kfbot.evaluate.light import (
     percent,
     run_light,
 )
-from kfbot.evaluate.report import to_json, to_markdown, verdict_line
 from kfbot.github.prbody import PrReport, render, verdict
 from kfbot.search.runner import near_light
 
@@ -138,7 +138,7 @@ def test_the_search_stops_near_the_floor() -> None:
 
 def test_the_precision_a_candidate_keeps_is_shown_in_the_pull_request() -> None:
     from kfbot.anticheat.findings import Finding
-    from kfbot.evaluate.redrawn import precision_finding
+    from kfbot.evaluate.inputs.redrawn import precision_finding
 
     found = {"input": "(4096, 1024) float32 seed#0", "verdict": "warn",
              "line": "the candidate keeps 17.9 bits against a float64 reference, the "

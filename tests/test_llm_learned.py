@@ -24,7 +24,8 @@ from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.budget import Budget, Limits
 from kfbot.search.llm import LlmMutator, LlmSettings
-from kfbot.search.runner import OptimizeSettings, optimize
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import optimize
 
 pytest.importorskip("anthropic")
 

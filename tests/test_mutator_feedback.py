@@ -17,8 +17,8 @@ from kfbot.config import load_config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, failed
 from kfbot.evaluate.model import Diagnostic
-from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.archive import Individual

@@ -19,8 +19,9 @@ from kfbot.evaluate.evaluation import Evaluation, shape_timings
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.search.plan import OptimizeSettings
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
-from kfbot.search.runner import OptimizeSettings, optimize
+from kfbot.search.runner import optimize
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "naive_real"

@@ -19,8 +19,8 @@ from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, failed
 from kfbot.evaluate.neighbours import Neighbours
 from kfbot.evaluate.scope import reaches
-from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 

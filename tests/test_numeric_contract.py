@@ -10,7 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kfbot.evaluate.compare import close_all, close_all_finite, compare  # noqa: E402
 from kfbot.evaluate.device import health  # noqa: E402
 from kfbot.evaluate.device.precision import (  # noqa: E402
     bits,
@@ -24,7 +23,8 @@ from kfbot.evaluate.device.verify import (  # noqa: E402
     close_flag,
     own_non_finite,
 )
-from kfbot.evaluate.tolerances import Tolerance  # noqa: E402
+from kfbot.evaluate.verdict.compare import close_all, close_all_finite, compare  # noqa: E402
+from kfbot.evaluate.verdict.tolerances import Tolerance  # noqa: E402
 
 TOL = Tolerance(1e-4, 1e-4)
 NAN, INF = float("nan"), float("inf")

@@ -17,13 +17,13 @@ import pytest
 
 from kfbot.cli import main
 from kfbot.config import load_config
-from kfbot.evaluate.capture_run import capture_signatures
+from kfbot.evaluate.capture.collect import capture_signatures
+from kfbot.evaluate.capture.launch_recorder import HostEvent, KernelEvent, attribute
+from kfbot.evaluate.capture.launches import Launch, ObserveRequest, RunRecord, append, read
+from kfbot.evaluate.capture.signature import OpRef
 from kfbot.evaluate.observe.mutants import NoMutant, silent
 from kfbot.evaluate.observe.names import ANONYMOUS, match, parse
 from kfbot.evaluate.observe.observer import _outcomes, op_refs, script_targets
-from kfbot.evaluate.observe.protocol import Launch, ObserveRequest, RunRecord, append, read
-from kfbot.evaluate.observe.recorder import HostEvent, KernelEvent, attribute
-from kfbot.evaluate.signature import OpRef
 from kfbot.scan.explain import explain
 from kfbot.scan.model import BuildRecipe, Observations, ObservedTest, ScanReport, evolve
 from kfbot.scan.observed import from_json, load, save, state_key, to_json, with_observations
@@ -180,7 +180,7 @@ def test_each_test_leaves_its_outcome(tmp_path: Path) -> None:
 
 
 def test_the_tests_a_process_died_in() -> None:
-    from kfbot.evaluate.capture_run import CaptureResult
+    from kfbot.evaluate.capture.collect import CaptureResult
 
     nodes = "t.py::a t.py::b t.py::c"
     run = CaptureResult((), 0, -6, "", (), observed=(

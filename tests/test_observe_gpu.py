@@ -21,13 +21,13 @@ import pytest
 
 from kfbot.config import load_config
 from kfbot.evaluate.build import Builder, BuildRequest
+from kfbot.evaluate.build.repository import staged_modules
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.capture_run import capture_signatures
-from kfbot.evaluate.contract import FINDING
+from kfbot.evaluate.capture.collect import capture_signatures
+from kfbot.evaluate.capture.signature import OpRef
 from kfbot.evaluate.engine import Engine, EngineSettings
+from kfbot.evaluate.inputs.contract import FINDING
 from kfbot.evaluate.observe.observer import ObserveSettings, observe
-from kfbot.evaluate.repository_build import staged_modules
-from kfbot.evaluate.signature import OpRef
 from kfbot.evaluate.task import make_task
 from kfbot.scan.model import Observations
 from kfbot.scan.observed import load, save, with_observations

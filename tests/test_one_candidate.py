@@ -18,24 +18,18 @@ import pytest
 
 from kfbot.config import Config
 from kfbot.evaluate.candidate import ORIGINAL, Candidate, content_hash
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, failed
-from kfbot.evaluate.signature import CallSignature, TensorSpec
-from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.executor import ReplayExecutor
 from kfbot.search.mutators import Mutators
+from kfbot.search.plan import OptimizeSettings
 from kfbot.search.rewrites import load_rewrites, propose_rewrites
 from kfbot.search.runfolder import read_record
-from kfbot.search.runner import (
-    OptimizeOutcome,
-    OptimizeSettings,
-    credited,
-    headline,
-    lineage,
-    optimize,
-)
+from kfbot.search.runner import OptimizeOutcome, credited, headline, lineage, optimize
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example"
 SHAPES = ((4096, 1024), (7, 33))

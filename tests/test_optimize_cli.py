@@ -13,7 +13,7 @@ from kfbot.config import Config
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.runner import OptimizeSettings, make_plan
+from kfbot.search.plan import OptimizeSettings, make_plan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

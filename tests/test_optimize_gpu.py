@@ -19,7 +19,8 @@ from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
-from kfbot.search.runner import OptimizeSettings, optimize
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import optimize
 
 pytestmark = pytest.mark.gpu
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from kfbot.config import Config
-from kfbot.evaluate.baseline import own_build_step
-from kfbot.evaluate.build.own import OwnBuild, OwnBuilder, own_recipe
+from kfbot.evaluate.baseline.step_reports import own_build_step
+from kfbot.evaluate.build.layouts.own import OwnBuild, OwnBuilder, own_recipe
+from kfbot.evaluate.build.repository import own_original, registrations
 from kfbot.evaluate.build.symbols import holders, library_symbols, parse_symbol
 from kfbot.evaluate.observe.mutants import NoMutant
 from kfbot.evaluate.observe.own_tree import own_mutant_tree, own_tree
-from kfbot.evaluate.repository_build import own_original, registrations
 from kfbot.evaluate.task import KernelTask, OpBinding
 from kfbot.scan.model import BuildRecipe, KernelDef
 from kfbot.scan.scanner import scan

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.evaluation import ShapeTiming
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.stats import compare_times
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.search.heldout import held_out_signatures
 from kfbot.search.pershape import (
     CAPTURED,

@@ -9,7 +9,7 @@ from kfbot import __version__
 from kfbot.anticheat.adequacy import Adequacy, MutantVerdict
 from kfbot.anticheat.findings import Finding
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
-from kfbot.evaluate.stats import compare_times
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.github.markers import (
     find_marker,
     find_pr_marker,
@@ -169,9 +169,9 @@ def test_the_per_shape_picture_sits_after_the_benchmark() -> None:
 
 
 def test_findings_about_the_original_have_their_own_lines() -> None:
-    from kfbot.evaluate.contract import Trial, Verdict
-    from kfbot.evaluate.report import to_markdown
-    from kfbot.evaluate.signature import CallSignature, TensorSpec
+    from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
+    from kfbot.evaluate.inputs.contract import Trial, Verdict
+    from kfbot.evaluate.render import to_markdown
 
     spec = TensorSpec((16, 12), "float32", (12, 1), True, "cuda")
     trial = Trial("edge", "edge (16, 12) float32", CallSignature("ext.op", (spec,)))

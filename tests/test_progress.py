@@ -18,7 +18,7 @@ import git
 import pytest
 from rich.console import Console
 
-from kfbot.commands import progress
+from kfbot.search import progress
 from kfbot.search.archive import Individual
 from kfbot.search.model import Cell
 

@@ -20,9 +20,9 @@ from kfbot.config import Config, GithubConfig
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
-from kfbot.evaluate.reproduction import Reproduction, ShapeFigures
-from kfbot.evaluate.stats import compare_times
+from kfbot.evaluate.reproduce.model import Reproduction, ShapeFigures
 from kfbot.evaluate.task import make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.github.api import GitHubError, Retry
 from kfbot.github.markers import find_pr_marker, pr_marker
 from kfbot.github.publish import (

@@ -6,8 +6,8 @@ The kernel listing itself comes from the GPU worker's profiler
 
 from __future__ import annotations
 
-from kfbot.evaluate.reach import split_by_launch
-from kfbot.evaluate.signature import CallSignature, ScalarSpec, TensorSpec
+from kfbot.evaluate.capture.reach import split_by_launch
+from kfbot.evaluate.capture.signature import CallSignature, ScalarSpec, TensorSpec
 
 
 def sig(n: int) -> CallSignature:

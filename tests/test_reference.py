@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kfbot.evaluate.reference import ReferenceSpec, Unusable, belongs, reference_spec
+from kfbot.evaluate.reference.spec import ReferenceSpec, Unusable, belongs, reference_spec
 from kfbot.scan.model import ReferenceTest
 
 
@@ -233,7 +233,7 @@ def test_an_attribute_of_a_factorys_result_is_the_op_not_a_wrapper() -> None:
 
 
 def test_a_factory_module_is_read_only_inside_the_repository(tmp_path: Path) -> None:
-    from kfbot.evaluate.reference import outer_ref
+    from kfbot.evaluate.reference.spec import outer_ref
 
     factory = "def load_ext():\n    return None\n"
     root, outside = tmp_path / "repo", tmp_path / "outside"

@@ -18,17 +18,18 @@ import pytest
 
 from kfbot.config import Config
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming
-from kfbot.evaluate.reproduction import Reproduction, ShapeFigures
-from kfbot.evaluate.signature import CallSignature, TensorSpec
-from kfbot.evaluate.stats import compare_times
+from kfbot.evaluate.reproduce.model import Reproduction, ShapeFigures
 from kfbot.evaluate.task import make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.archive import Individual
 from kfbot.search.islands import SearchResult
 from kfbot.search.model import Cell
-from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, write_outputs
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import OptimizeOutcome, write_outputs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "load_elementwise"
 

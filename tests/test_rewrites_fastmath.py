@@ -60,7 +60,7 @@ def test_the_tolerance_decides_which_intrinsics() -> None:
 
 
 def test_default_tolerance_matches_the_verifier() -> None:
-    compare = pytest.importorskip("kfbot.evaluate.compare")
+    compare = pytest.importorskip("kfbot.evaluate.verdict.compare")
     assert compare.DEFAULT_TOLERANCES["float32"].rtol == DEFAULT_RTOL
 
 

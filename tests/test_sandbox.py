@@ -70,7 +70,7 @@ def test_a_module_runs_without_the_working_directory_on_its_path(tmp_path: Path)
 
 
 def test_kfbot_keeps_the_runner_variables_it_reads_and_no_secret() -> None:
-    from kfbot.credentials import clean_environment
+    from kfbot.evaluate.sandbox.credentials import clean_environment
 
     env = {**LEAKY, **KEPT, "HOME": "/root", "GITHUB_REPOSITORY": "o/r",
            "GITHUB_EVENT_PATH": "/e.json", "RUNNER_TEMP": "/t", "INPUT_BUDGET": "64",
@@ -105,7 +105,7 @@ def test_held_secrets_are_values_not_paths(tmp_path: Path) -> None:
 
 PRELOAD_DRIVER = """
 import json, sys
-from kfbot import credentials
+from kfbot.evaluate.sandbox import credentials
 from kfbot.cli import PRELOADED
 from kfbot.evaluate.sandbox import configure, confined
 wanted = ["kfbot.github.publish", "kfbot.search.llm", "anthropic", "github"]

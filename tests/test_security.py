@@ -38,7 +38,8 @@ from kfbot.search.branch import commit_detached, write_branch
 from kfbot.search.islands import SearchResult
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
-from kfbot.search.runner import OptimizeOutcome, OptimizeSettings, write_outputs
+from kfbot.search.plan import OptimizeSettings
+from kfbot.search.runner import OptimizeOutcome, write_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -244,7 +245,7 @@ with open(sys.argv[1], "w") as f:
 """
 DRIVER = """
 import subprocess, sys
-from kfbot.credentials import protect
+from kfbot.evaluate.sandbox.credentials import protect
 protect()
 from kfbot.evaluate.sandbox import untrusted_env
 subprocess.run([sys.executable, "-c", {attack!r}, {out!r}], env=untrusted_env(), check=True)

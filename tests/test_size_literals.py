@@ -12,11 +12,11 @@ import pytest
 
 from kfbot.config import Config
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.contract import unverified_sizes
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.inputs import COMPARED_SIZE, literal_signatures
-from kfbot.evaluate.signature import CallSignature, TensorSpec
+from kfbot.evaluate.inputs.contract import unverified_sizes
+from kfbot.evaluate.inputs.fresh import COMPARED_SIZE, literal_signatures
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec  # noqa: E402
 from kfbot.evaluate.device.verify import (  # noqa: E402
     Context,
     InputSet,
@@ -18,8 +19,7 @@ from kfbot.evaluate.device.verify import (  # noqa: E402
     judge,
     own_non_finite,
 )
-from kfbot.evaluate.distributions import DISTRIBUTIONS, draw_args  # noqa: E402
-from kfbot.evaluate.signature import CallSignature, TensorSpec  # noqa: E402
+from kfbot.evaluate.inputs.distributions import DISTRIBUTIONS, draw_args  # noqa: E402
 
 ROWS = CallSignature("m.softmax", (TensorSpec((64, 1024), "float32", (1024, 1), True, "cpu",
                                               -4.5, 4.6, 0.0, std=1.0),), ())
@@ -51,7 +51,7 @@ def _verdict(op: Any, args: list[Any], label: str) -> dict[str, Any]:
 
 
 def test_standard_normal_rows_cannot_tell_them_apart() -> None:
-    from kfbot.evaluate.inputs import make_args
+    from kfbot.evaluate.inputs.fresh import make_args
 
     args, _ = make_args(ROWS, 3, "cpu")
     assert _verdict(no_max, args, "captured")["passed"]

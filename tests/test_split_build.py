@@ -19,9 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.evaluate import torch_build
-from kfbot.evaluate.build import Builder, BuildRequest
-from kfbot.evaluate.build.split import Refused, Split, host_difference, instantiations, split_unit
+from kfbot.evaluate.build import Builder, BuildRequest, cpp_extension
+from kfbot.evaluate.build.fast.split import (
+    Refused,
+    Split,
+    host_difference,
+    instantiations,
+    split_unit,
+)
 from kfbot.scan.model import BuildRecipe
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -273,7 +278,7 @@ def test_each_build_says_which_path_it_took(light: Path, builder: Builder) -> No
     built = builder.build(request)
     notes = [d.message for d in built.diagnostics if d.kind == "build_path"]
     assert len(notes) == 1
-    if torch_build.has_cuda_libraries():
+    if cpp_extension.has_cuda_libraries():
         assert built.ok and built.path == "fast"
         assert notes[0].startswith("fast build: kernel scale_kernel compiled alone")
     else:  # a CPU torch cannot link CUDA extensions: the full build is tried, and says why

@@ -10,7 +10,8 @@ import pytest
 from kfbot.anticheat import static_builtin
 from kfbot.anticheat.findings import Finding
 from kfbot.anticheat.rules import BUILTIN_CHECKS, Rule, load_rules, rules_dir
-from kfbot.anticheat.static import Source, StaticInput, static_findings
+from kfbot.anticheat.static import static_findings
+from kfbot.anticheat.units import Source, StaticInput
 from kfbot.errors import KfbotError
 
 KERNEL = "csrc/gelu_kernel.cu"

@@ -11,7 +11,7 @@ from statistics import NormalDist
 
 import pytest
 
-from kfbot.evaluate.stats import (
+from kfbot.evaluate.verdict.stats import (
     TimingSummary,
     compare_times,
     enough,
@@ -203,7 +203,7 @@ def test_bootstrap_medians_follow_the_resampling_distribution(n: int) -> None:
     # Drawn as order statistics, the medians must be distributed exactly as those of
     # n draws with replacement: compare the two empirical distribution functions at
     # every data point (their gap stays under 0.015 but for a 1-in-1000 fluke).
-    from kfbot.evaluate.stats import _bootstrap_medians
+    from kfbot.evaluate.verdict.stats import _bootstrap_medians
 
     data = [random.Random(n).expovariate(1) * (i + 1) for i in range(n)]
     draws = 40_000
@@ -220,7 +220,7 @@ def test_bootstrap_medians_follow_the_resampling_distribution(n: int) -> None:
 def test_median_ranks_match_every_possible_resample(n: int) -> None:
     # All n^n resamples, equally likely: which sorted positions their two middle
     # elements come from must have exactly the probabilities of the table.
-    from kfbot.evaluate.stats import median_ranks
+    from kfbot.evaluate.verdict.stats import median_ranks
 
     counts: dict[tuple[int, int], int] = {}
     for draw in itertools.product(range(n), repeat=n):
@@ -236,7 +236,7 @@ def test_median_ranks_match_every_possible_resample(n: int) -> None:
 
 @pytest.mark.parametrize("n", [30, 31, 200, 201])
 def test_median_ranks_hold_all_but_a_negligible_mass(n: int) -> None:
-    from kfbot.evaluate.stats import median_ranks
+    from kfbot.evaluate.verdict.stats import median_ranks
 
     pairs, cumulative = median_ranks(n)
     assert cumulative[-1] == pytest.approx(1.0, abs=1e-13)

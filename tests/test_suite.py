@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from process_table import running
 
-from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
-from kfbot.evaluate.signature import OpRef, ScalarSpec
-from kfbot.evaluate.suite import (
+from kfbot.evaluate.capture.collect import CaptureResult, capture_signatures
+from kfbot.evaluate.capture.signature import OpRef, ScalarSpec
+from kfbot.evaluate.capture.suite import (
     CPU_TWIN,
     FileTarget,
     collect_problem,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.evaluate.build.split import Split, host_difference, split_unit
+from kfbot.evaluate.build.fast.split import Split, host_difference, split_unit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

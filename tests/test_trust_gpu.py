@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kfbot.evaluate.redrawn import distribution_trials
-from kfbot.evaluate.signature import CallSignature, TensorSpec, contiguous_strides
-from kfbot.evaluate.worker import WorkerSession
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec, contiguous_strides
+from kfbot.evaluate.inputs.redrawn import distribution_trials
+from kfbot.evaluate.worker.session import WorkerSession
 
 pytestmark = pytest.mark.gpu
 

@@ -16,8 +16,8 @@ from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.params import apply_point
+from kfbot.search.plan import OptimizeSettings, make_plan
 from kfbot.search.reach import reaching_knobs
-from kfbot.search.runner import OptimizeSettings, make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "naive_real"

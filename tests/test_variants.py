@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kfbot.config import load_config
+from kfbot.evaluate.capture.signature import CallSignature, TensorSpec
 from kfbot.evaluate.evaluation import ShapeTiming, shape_timings
-from kfbot.evaluate.signature import CallSignature, TensorSpec
 from kfbot.evaluate.task import KernelTask, OpBinding, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel

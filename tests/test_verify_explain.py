@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kfbot.config import Config
-from kfbot.evaluate.environment import environment_step
+from kfbot.evaluate.baseline.machine import environment_step
 from kfbot.evaluate.task import KernelTask, make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from kfbot.config import load_config
+from kfbot.evaluate.baseline.steps import NO_REFERENCE
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.steps import NO_REFERENCE
 from kfbot.evaluate.task import make_task
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel

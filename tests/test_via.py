@@ -16,9 +16,10 @@ from types import ModuleType
 
 import pytest
 
-from kfbot.evaluate.capture import Capture
-from kfbot.evaluate.signature import CallSignature, CaptureRequest, OpRef
-from kfbot.evaluate.via import Via, returned, trace
+from kfbot.evaluate.capture.protocol import CaptureRequest
+from kfbot.evaluate.capture.recorder import Capture
+from kfbot.evaluate.capture.signature import CallSignature, OpRef
+from kfbot.evaluate.capture.via import Via, returned, trace
 
 torch = pytest.importorskip("torch")
 

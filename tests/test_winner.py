@@ -11,8 +11,8 @@ import pytest
 from kfbot.config import load_config
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate
 from kfbot.evaluate.evaluation import Evaluation, ShapeTiming, failed
-from kfbot.evaluate.stats import compare_times
 from kfbot.evaluate.task import KernelTask, make_task
+from kfbot.evaluate.verdict.stats import compare_times
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.winner import (

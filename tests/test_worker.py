@@ -12,7 +12,7 @@ import pytest
 
 from kfbot.errors import KfbotError
 from kfbot.evaluate.sandbox import sandbox
-from kfbot.evaluate.worker import (
+from kfbot.evaluate.worker.session import (
     DEFAULT_TAIL_BYTES,
     JobResult,
     WorkerSession,
@@ -164,7 +164,7 @@ def test_exception_keeps_type_message_and_job_frames(session: WorkerSession) -> 
     result = call(session, "raise_value_error", n=7)
     assert result.reason == "ValueError: bad input 7"
     assert "in raise_value_error" in result.traceback
-    assert "worker_main.py" not in result.traceback  # only the job's own frames
+    assert "worker/main.py" not in result.traceback  # only the job's own frames
     diagnostic = result.diagnostic()
     assert diagnostic is not None
     assert ("traceback", result.traceback) in diagnostic.details

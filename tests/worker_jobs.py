@@ -134,8 +134,8 @@ def redrawn_bits(payload: Payload) -> Payload:
     processes must draw the same inputs from the same seed (the clean room relies on it)."""
     import torch
 
-    from kfbot.evaluate.contract import Trial
     from kfbot.evaluate.device.values import values_for
+    from kfbot.evaluate.inputs.contract import Trial
 
     sums = []
     for data in payload["trials"]:

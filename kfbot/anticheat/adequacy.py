@@ -7,6 +7,10 @@ repository's tests. A test run that still passes has accepted a kernel that does
 compute, or cheats in that way: the test is too weak to trust alone. kfbot then leans
 on its own randomized checks, and the report and the pull request say which mutants
 the test lets through.
+
+The gate decides; it does not run anything. It asks for the runs through
+`MutantRunner`, which the evaluation engine implements with its capture of the tests
+(`kfbot.evaluate.capture.collect.MutantRuns`): anti-cheating imports nothing of the engine.
 """
 
 from __future__ import annotations
@@ -16,12 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from kfbot.anticheat.findings import Finding
-from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
-from kfbot.evaluate.signature import OpRef
-from kfbot.evaluate.staged import StagedModule
 
 MUTANTS = ("zeros", "constant", "passthrough", "uninitialized", "half-precision", "tf32",
            "bfloat16", "nan-output", "closed-form", "strided-subsample", "last-call-replay")
@@ -43,6 +44,29 @@ MEANING = {
 # here: this module runs without torch).
 IDLE = "nothing earlier of this shape to replay"
 MutantVerdictKind = Literal["rejected", "accepted", "not-run"]
+
+
+class MutantRun(Protocol):
+    """What one run of the repository's tests reports, the op's result replaced."""
+
+    @property
+    def op_calls(self) -> tuple[tuple[str, int], ...]: ...  # calls per op
+    @property
+    def errors(self) -> tuple[str, ...]: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def output_tail(self) -> str: ...
+
+
+class MutantRunner(Protocol):
+    """The repository's tests `targets`, run with the op's result replaced by a mutant."""
+
+    @property
+    def targets(self) -> tuple[str, ...]: ...
+    def run(self, mutant: str) -> MutantRun: ...
 
 
 @dataclass(frozen=True)
@@ -109,23 +133,13 @@ def cache_tag() -> str:
     return hashlib.sha256(",".join(MUTANTS).encode()).hexdigest()[:8]
 
 
-def check_adequacy(
-    root: Path, targets: Sequence[str], op: OpRef, timeout_s: float = 600,
-    mutants: Sequence[str] = MUTANTS, staged: Sequence[StagedModule] = (),
-    extra_env: Mapping[str, str] | None = None,
-) -> Adequacy:
-    """Run the tests `targets` once per mutant, the op's result replaced by it; `staged`
-    makes kfbot's build of the extension importable under its real name (`extra_env`
-    what the tree of the repository's own build needs)."""
-    verdicts = []
-    for mutant in mutants:
-        result = capture_signatures(root, targets, [op], timeout_s=timeout_s, max_calls=0,
-                                    mutant=mutant, staged=staged, extra_env=extra_env)
-        verdicts.append(judge(mutant, result))
-    return Adequacy(tuple(targets), tuple(verdicts))
+def check_adequacy(tests: MutantRunner, mutants: Sequence[str] = MUTANTS) -> Adequacy:
+    """Run the tests once per mutant, the op's result replaced by it."""
+    verdicts = [judge(mutant, tests.run(mutant)) for mutant in mutants]
+    return Adequacy(tuple(tests.targets), tuple(verdicts))
 
 
-def judge(mutant: str, result: CaptureResult) -> MutantVerdict:
+def judge(mutant: str, result: MutantRun) -> MutantVerdict:
     calls = sum(n for _, n in result.op_calls)
     # A replay with nothing earlier to replay answers that call truly (see `IDLE`).
     idle = sum(IDLE in e for e in result.errors)

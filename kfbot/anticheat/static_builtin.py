@@ -10,18 +10,15 @@ import ast
 from collections.abc import Callable, Iterable, Sequence
 from itertools import zip_longest
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
 
 from kfbot.anticheat.findings import Finding
+from kfbot.anticheat.rules import Rule
 from kfbot.anticheat.sizes import SizeComparison, new_size_comparisons
+from kfbot.anticheat.units import StaticInput, Unit
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.treesitter import Node
 
-if TYPE_CHECKING:  # static imports this module; the types are only needed by mypy
-    from kfbot.anticheat.rules import Rule
-    from kfbot.anticheat.static import StaticInput, Unit
-
-Check = Callable[["Rule", "StaticInput", "Sequence[Unit]", "Sequence[Unit]"], list[Finding]]
+Check = Callable[[Rule, StaticInput, Sequence[Unit], Sequence[Unit]], list[Finding]]
 
 # Tokens (leading dashes dropped) that turn on fast math in nvcc or the host compiler.
 FAST_MATH = frozenset({"use_fast_math", "ftz=true", "prec-div=false", "prec-sqrt=false",

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from kfbot.commands.common import add_kernel_arguments, candidate_of, kernel_task, make_engine
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
-from kfbot.evaluate import report
+from kfbot.evaluate import render
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.evaluation import Evaluation
 
@@ -38,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _emit(name: str, ev: Evaluation, fmt: str) -> None:
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_json(name, ev), indent=1) + "\n")
+        sys.stdout.write(json.dumps(render.to_json(name, ev), indent=1) + "\n")
     elif fmt == "markdown":
-        sys.stdout.write(report.to_markdown(name, ev))
+        sys.stdout.write(render.to_markdown(name, ev))
     else:
         console = Console()
-        console.print(report.verdict_line(name, ev), highlight=False)
+        console.print(render.verdict_line(name, ev), highlight=False)
         if ev.timings:
-            report.print_timings(ev.timings, console)
+            render.print_timings(ev.timings, console)
         if not ev.ok:
-            report.print_checks(ev, console)
-        report.print_diagnostics(ev, console)
+            render.print_checks(ev, console)
+        render.print_diagnostics(ev, console)

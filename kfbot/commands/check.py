@@ -30,7 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot.cache import cache_dir
-from kfbot.changes import (
+from kfbot.commands.compile_check import NO_NVCC, TORCH_SECONDS, CompileResult, Compiles, excused
+from kfbot.commands.options import add_repo_arguments
+from kfbot.commands.syntax_diff import SyntaxFinding, syntax_findings
+from kfbot.config import Config, load_config
+from kfbot.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, KfbotError
+from kfbot.scan.changes import (
     BrokenPairing,
     ChangedKernel,
     base_texts,
@@ -44,11 +49,6 @@ from kfbot.changes import (
     scan_base,
     staged_paths,
 )
-from kfbot.commands.compile_check import NO_NVCC, TORCH_SECONDS, CompileResult, Compiles, excused
-from kfbot.commands.options import add_repo_arguments
-from kfbot.commands.syntax_diff import SyntaxFinding, syntax_findings
-from kfbot.config import Config, load_config
-from kfbot.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, KfbotError
 from kfbot.scan.facts_cache import warm
 from kfbot.scan.files import source_kind
 from kfbot.scan.model import ScanReport

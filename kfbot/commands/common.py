@@ -8,19 +8,19 @@ from pathlib import Path
 
 from kfbot import extras
 from kfbot.cache import cache_dir
-from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_format_arguments, add_repo_arguments
 from kfbot.config import load_config
 from kfbot.errors import KfbotError
+from kfbot.evaluate.baseline.steps import StepReport
+from kfbot.evaluate.baseline.unready import unready_steps
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.candidate_files import load_candidate
 from kfbot.evaluate.engine import Engine, EngineSettings
-from kfbot.evaluate.steps import StepReport
 from kfbot.evaluate.task import KernelTask, TaskError, make_task
-from kfbot.evaluate.unready import unready_steps
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.search import progress
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kfbot.evaluate.diagnostics import parse_compiler_output
+from kfbot.evaluate.build.diagnostics import parse_compiler_output
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.sandbox.environment import untrusted_env
 from kfbot.paths import file_argument

@@ -26,20 +26,19 @@ from pathlib import Path
 
 from kfbot import extras
 from kfbot.cache import cache_dir
-from kfbot.changes import (
-    ChangedKernel,
-    Comparison,
-    by_op,
-    changed_kernels,
-    changed_paths,
-    compare_with_base,
-    given_paths,
-    is_kernel_source,
-)
 from kfbot.commands.options import add_repo_arguments, percent_argument
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_MISSING_TOOL, EXIT_OK, KfbotError
+from kfbot.evaluate.against_base import Comparison, compare_with_base
 from kfbot.evaluate.evaluation import Evaluation
+from kfbot.scan.changes import (
+    ChangedKernel,
+    by_op,
+    changed_kernels,
+    changed_paths,
+    given_paths,
+    is_kernel_source,
+)
 from kfbot.scan.scanner import scan
 
 # Set by pre-commit for pre-push hooks: the commit the remote had before the push.

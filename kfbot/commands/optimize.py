@@ -15,41 +15,34 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kfbot import credentials, extras
+from kfbot import extras
 from kfbot.cache import cache_dir
-from kfbot.commands import progress
 from kfbot.commands.observing import add_observe_arguments, observed, wanted
 from kfbot.commands.options import add_repo_arguments, duration_argument, percent_argument
-from kfbot.commands.progress import log_group
 from kfbot.config import load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
-from kfbot.evaluate import report
+from kfbot.evaluate import render
+from kfbot.evaluate.baseline.steps import first_failure
+from kfbot.evaluate.baseline.unready import unready_steps
 from kfbot.evaluate.engine import Engine, EngineSettings
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.steps import first_failure
+from kfbot.evaluate.sandbox import credentials
 from kfbot.evaluate.task import KernelTask, TaskError, make_task
-from kfbot.evaluate.unready import unready_steps
 from kfbot.paths import kfbot_folder
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.search import progress
 from kfbot.search.budget import Budget, Limits, spent_words
 from kfbot.search.executor import EngineExecutor, Executor, LocalGpuExecutor, engines_per_gpu
 from kfbot.search.gpus import choose_gpus, visible_gpus
 from kfbot.search.llm import LlmMutator, LlmSettings, off_because
+from kfbot.search.plan import FINISH_S, OptimizeSettings, make_plan, reproduction_s, too_late
+from kfbot.search.progress import log_group
 from kfbot.search.runfolder import UNCONFIRMED_PATCH, reproduce_run
-from kfbot.search.runner import (
-    GpuFacts,
-    OptimizeOutcome,
-    OptimizeSettings,
-    make_plan,
-    optimize,
-)
-from kfbot.search.stopping import RunStopped, stop_on
+from kfbot.search.runner import GpuFacts, OptimizeOutcome, optimize
+from kfbot.search.stopping import RunStopped, call_all, stop_on
 
 log = logging.getLogger(__name__)
-
-# Seconds of `--time` kept for writing the report, the patch and the branch.
-FINISH_S = 10.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         except TaskError as exc:  # this kernel cannot run; the others still can
             console.print(f"{kernel.id}: not optimized: {exc}", highlight=False,
                           markup=False, soft_wrap=True)
-            report.print_steps(unready_steps(kernel, scanned, exc), console)
+            render.print_steps(unready_steps(kernel, scanned, exc), console)
             worst = max(worst, exc.exit_code)
             continue
         with log_group(f"kfbot optimize {task.kernel_id}", sys.stdout):
@@ -193,17 +186,6 @@ def _search(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespa
         with contextlib.closing(executor):
             return search_with_progress(task, settings, run_dir, llm, console, engine,
                                         executor), settings
-
-
-def call_all(functions: list[Callable[[], None]]) -> None:
-    for function in functions:
-        function()
-
-
-def reproduction_s(slowest_compile_s: float) -> float:
-    """About how long a reproduction takes: the repository's own build (its slowest
-    unit, as kfbot's build of the original took) and the timing."""
-    return 1.5 * slowest_compile_s + 60.0
 
 
 def _finish(task: KernelTask, outcome: OptimizeOutcome, run_dir: Path,
@@ -286,24 +268,12 @@ def _publish(task: KernelTask, outcome: OptimizeOutcome, settings: OptimizeSetti
     return EXIT_FAILURE if published.operation == "skipped" else EXIT_OK
 
 
-def too_late(settings: OptimizeSettings) -> str:
-    """Why there is no time left to reproduce before `--time` ends, or ""."""
-    if settings.seconds is None or settings.started is None:
-        return ""
-    left = settings.seconds - (time.monotonic() - settings.started)
-    need = settings.reserve_s - FINISH_S
-    if left >= need:
-        return ""
-    return (f"{left:.0f} s of the time limit are left and a reproduction takes about "
-            f"{need:.0f} s")
-
-
 def _require_baseline(task: KernelTask, base: Evaluation, console: Console) -> None:
     """The original must pass its baseline; where it does not, every step is shown (the
     first failure with its evidence and kfbot.yaml) before the search is refused."""
     failure = first_failure(base.steps)
     if failure is not None or not base.ok:
-        report.print_steps(base.steps, console)
+        render.print_steps(base.steps, console)
     if failure is not None and failure.step != "comparison":
         raise KfbotError(f"{task.kernel_id}: the baseline stopped at the {failure.step} step: "
                          f"{failure.summary} (`kfbot verify {task.kernel_name} --explain` "
@@ -319,7 +289,7 @@ def search_with_progress(task: KernelTask, settings: OptimizeSettings, run_dir: 
                          llm: LlmMutator | None, console: Console, gpu: GpuFacts,
                          executor: Executor) -> OptimizeOutcome:
     """The search, shown as it goes: the live table on a terminal, else a line per
-    evaluation and a heartbeat (see kfbot.commands.progress)."""
+    evaluation and a heartbeat (see kfbot.search.progress)."""
     shown = progress.for_stream(sys.stdout, settings.islands, settings.evaluations, console)
     watched = progress.Watched(executor, shown)
     try:

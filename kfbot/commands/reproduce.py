@@ -2,7 +2,7 @@
 
 The run folder's committed patch is applied to a clean copy of the commit the run
 started from, built the repository's way and timed against the original by a second
-timer in a fresh worker (see `kfbot.evaluate.reproduce`). Exit 0 when the reproduced
+timer in a fresh worker (see `kfbot.evaluate.reproduce.remeasure`). Exit 0 when the reproduced
 speedup is at most 5% below the reported one, 1 when it is further below or the patch
 does not apply or build, 2 for a run folder that does not fit, 3 without a GPU.
 """
@@ -21,7 +21,7 @@ from kfbot import extras
 from kfbot.cache import cache_dir
 from kfbot.commands.options import add_repo_argument
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
-from kfbot.evaluate.reproduction import Reproduction
+from kfbot.evaluate.reproduce.model import Reproduction
 from kfbot.paths import kfbot_folder
 from kfbot.search.runfolder import read_record, reproduce_run
 

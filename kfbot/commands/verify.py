@@ -16,11 +16,11 @@ from kfbot.commands.common import (
     make_engine,
 )
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
-from kfbot.evaluate import report
-from kfbot.evaluate.baseline import skipped
-from kfbot.evaluate.environment import environment_step
+from kfbot.evaluate import render
+from kfbot.evaluate.baseline.machine import environment_step
+from kfbot.evaluate.baseline.step_reports import skipped
+from kfbot.evaluate.baseline.steps import StepName, StepReport, first_failure
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.steps import StepName, StepReport, first_failure
 from kfbot.evaluate.task import KernelTask
 
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     except Unready as unready:  # no build or binding found: known without this machine
         if not args.explain:
             raise
-        report.print_steps(unready.steps, console)
+        render.print_steps(unready.steps, console)
         return unready.exit_code
     candidate = candidate_of(args, task)
     if args.explain and not _environment(task, console):
@@ -61,16 +61,16 @@ def run(args: argparse.Namespace) -> int:
             before = engine.prepare_baseline()
             failure = first_failure(before)
             if failure is not None:  # the answer is known; the GPU is not needed for it
-                report.print_steps([*before, _not_compared(f"the {failure.step} step failed")],
+                render.print_steps([*before, _not_compared(f"the {failure.step} step failed")],
                                    console)
                 return EXIT_FAILURE
-            report.print_steps(before, console)
+            render.print_steps(before, console)
             try:
                 base = engine.baseline()
             except KfbotError as exc:  # no GPU here: every step but the last is answered
-                report.print_steps([_not_compared(str(exc))], console)
+                render.print_steps([_not_compared(str(exc))], console)
                 return exc.exit_code
-            report.print_steps(base.steps[len(before):], console)
+            render.print_steps(base.steps[len(before):], console)
         else:
             base = engine.baseline()
         results = {"original": base}
@@ -99,27 +99,27 @@ def _environment(task: KernelTask, console: Console) -> bool:
     """The cheap checks first (CUDA torch, driver, nvcc, pytest, the tests' imports),
     before a build that takes a minute; False when one failed."""
     step = environment_step(task)
-    report.print_steps([step], console)
+    render.print_steps([step], console)
     if step.failed:
         later: tuple[StepName, ...] = ("pair", "build", "import", "capture", "reference",
                                        "comparison")
-        report.print_steps(skipped("environment", later), console)
+        render.print_steps(skipped("environment", later), console)
     return not step.failed
 
 
 def _emit(name: str, results: dict[str, Evaluation], fmt: str, console: Console,
           explained: bool) -> None:
     if fmt == "json":
-        json.dump({k: report.to_json(name, v) for k, v in results.items()}, sys.stdout, indent=1)
+        json.dump({k: render.to_json(name, v) for k, v in results.items()}, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
     for label, ev in results.items():
         if fmt == "markdown":
-            sys.stdout.write(report.to_markdown(f"{name} ({label})", ev))
+            sys.stdout.write(render.to_markdown(f"{name} ({label})", ev))
             continue
-        console.print(report.verdict_line(f"{name} ({label})", ev), highlight=False)
+        console.print(render.verdict_line(f"{name} ({label})", ev), highlight=False)
         if not explained:
-            report.print_failed_step(ev, console)
-        report.print_checks(ev, console)
-        report.print_findings(ev, console)
-        report.print_diagnostics(ev, console)
+            render.print_failed_step(ev, console)
+        render.print_checks(ev, console)
+        render.print_findings(ev, console)
+        render.print_diagnostics(ev, console)

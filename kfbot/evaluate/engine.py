@@ -23,47 +23,40 @@ from typing import Any
 
 from kfbot.anticheat.adequacy import Adequacy, cache_tag, check_adequacy, load_cached
 from kfbot.anticheat.findings import Finding, strict
-from kfbot.anticheat.physics import ShapeRate, physics_findings
 from kfbot.anticheat.rules import load_rules
 from kfbot.anticheat.sizes import new_size_comparisons, sizes_to_try
-from kfbot.anticheat.sources import kernel_names, recipe_for, static_input, units
 from kfbot.anticheat.static import analyse, static_findings
 from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
-from kfbot.evaluate.baseline import amended, comparison_step
+from kfbot.evaluate.baseline.preparation import Preparation
+from kfbot.evaluate.baseline.step_reports import amended, comparison_step
+from kfbot.evaluate.baseline.steps import StepReport, first_failure, inputs_snippet
 from kfbot.evaluate.build import Builder, BuildRequest, BuildResult
-from kfbot.evaluate.build.inline import inline_sources
-from kfbot.evaluate.build.kernel_builder import is_kernel_builder
+from kfbot.evaluate.build.layouts.kernel_builder import is_kernel_builder
+from kfbot.evaluate.build.layouts.load_inline import inline_sources
+from kfbot.evaluate.build.repository import staged_modules
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
-from kfbot.evaluate.contract import (
+from kfbot.evaluate.capture.collect import MutantRuns
+from kfbot.evaluate.capture.reach import split_by_launch
+from kfbot.evaluate.capture.signature import CallSignature
+from kfbot.evaluate.evaluation import Evaluation, failed
+from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.inputs.contract import (
     Contract,
     Trial,
     admitted,
-    lenient_findings,
     size_trials,
     standard_trials,
     unverified_sizes,
     with_contract,
 )
-from kfbot.evaluate.evaluation import (
-    Check,
-    Evaluation,
-    ShapeTiming,
-    failed,
-    rejected,
-    shape_timings,
-)
-from kfbot.evaluate.finalist import FinalistResult, run_finalist
+from kfbot.evaluate.inputs.redrawn import distribution_trials, precision_finding
 from kfbot.evaluate.isolation import Isolation
+from kfbot.evaluate.judge import judge, no_reference_finding, runtime_failure
 from kfbot.evaluate.neighbours import Neighbours
-from kfbot.evaluate.preparation import Preparation
-from kfbot.evaluate.reach import split_by_launch
-from kfbot.evaluate.redrawn import distribution_trials, precision_finding
-from kfbot.evaluate.repository_build import staged_modules
 from kfbot.evaluate.scope import reaches
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.steps import NO_REFERENCE, StepReport, first_failure, inputs_snippet
+from kfbot.evaluate.sources import kernel_names, recipe_for, static_input, units
 from kfbot.evaluate.task import KernelTask, OpBinding
-from kfbot.evaluate.worker import JobResult, WorkerSession
+from kfbot.evaluate.worker.session import JobResult, WorkerSession
 from kfbot.scan.model import InlineSource
 
 JOBS = "kfbot.evaluate.device.jobs"
@@ -99,7 +92,7 @@ class EngineSettings:
     # A candidate's kernel compiled alone where it can be (`build.fast`); off only to
     # compare with the full build.
     fast_builds: bool = True
-    # Where the heartbeat of the repository's own build goes while it runs (build/own.py;
+    # Where the heartbeat of the repository's own build goes while it runs (build/layouts/own.py;
     # a function of a module's top level: Ray pickles it).
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 
@@ -123,11 +116,11 @@ class Engine:
         # kernels share with the task's; by candidate, the kernels it must pass for.
         self.neighbours = Neighbours(task.neighbours, self._neighbour)
         self._shared: dict[str, tuple[str, ...]] = {}
-        # What the original did on each input kfbot added (`evaluate.contract`).
+        # What the original did on each input kfbot added (`evaluate.inputs.contract`).
         self._contract = Contract()
         self._contract_seed = secrets.randbits(48)
         # The run's private seed schedule: redrawn inputs, warm-up, timed and repeated
-        # calls (`evaluate.distributions`); never written out.
+        # calls (`evaluate.inputs.distributions`); never written out.
         self._schedule_root = secrets.randbits(63)
         # The judge worker and what the device said between jobs (`isolation`).
         self.isolation = Isolation(self._new_session, settings.cache_dir / "clean-room" /
@@ -447,9 +440,9 @@ class Engine:
         if cached is not None:
             return cached
         tree, env = self.prep.test_tree()
-        gate = check_adequacy(tree, self.task.test_targets, self.prep.op_ref(),
-                              timeout_s=self.settings.capture_timeout_s,
-                              staged=self.prep.staged(), extra_env=env)
+        gate = check_adequacy(MutantRuns(tree, tuple(self.task.test_targets), self.prep.op_ref(),
+                                         timeout_s=self.settings.capture_timeout_s,
+                                         staged=self.prep.staged(), extra_env=env))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(gate.to_json()))
         return gate
@@ -504,10 +497,10 @@ class Engine:
         job = self.isolation.evaluate_job(self.session, candidate.hash, payload)
         resources = (built or original).diagnostics
         if not job.ok or job.value is None:
-            return _runtime_failure(candidate.hash, job, resources)
+            return runtime_failure(candidate.hash, job, resources)
         clean_s = self.isolation.judge_saved(payload, job.value)
         judged = time.monotonic()
-        result = self._judge(candidate.hash, job.value, resources, baseline=built is None)
+        result = judge(candidate.hash, job.value, resources, self.device, baseline=built is None)
         result = replace(result, findings=(*result.findings,
                                            *precision_finding(job.value.get("precision"))))
         result = unverified_sizes(result, payload.get("sizes", ()), job.value.get("inputs", ()))
@@ -579,63 +572,6 @@ class Engine:
             else None,
         }
 
-    def _judge(
-        self, digest: str, value: Mapping[str, Any], resources: Sequence[Any], baseline: bool
-    ) -> Evaluation:
-        records = value.get("baseline" if baseline else "verify", [])
-        checks = tuple(Check.from_json(r) for r in [*records, *value.get("probes", [])])
-        env = value.get("environment", {})
-        if not records:
-            return failed(
-                digest,
-                "baseline" if baseline else "correctness",
-                "no inputs to check: the op's inputs could not be made from the captured "
-                "signatures or the declared shapes",
-                resources,
-                environment=env,
-            )
-        timings = shape_timings(value.get("bench") or [], seed=0, peaks=self.device.get("peaks"))
-        bad = next((c for c in checks if not c.passed), None)
-        phases = {k: float(v) for k, v in value.get("phases", {}).items()}
-        if bad is not None:
-            return replace(rejected(digest, bad, baseline, resources, checks, env,
-                                          timings), phases=phases)
-        physics = [*self._physics(timings), *lenient_findings(records)]
-        impossible = strict(physics)
-        if impossible:
-            return failed(digest, "anticheat", impossible[0].line(), resources, checks=checks,
-                          environment=env, timings=timings, findings=tuple(physics),
-                          phases=phases)
-        return Evaluation(
-            phases=phases,
-            candidate=digest,
-            stage="done",
-            ok=True,
-            reason=f"correct on {len(checks)} checks",
-            diagnostics=tuple(resources),
-            checks=checks,
-            timings=timings,
-            environment=env,
-            findings=tuple(physics),
-        )
-
-    def _physics(self, timings: Sequence[ShapeTiming]) -> list[Finding]:
-        rates = [ShapeRate(t.input, t.speedup.ratio, t.bytes, t.bandwidth, t.flop_rate)
-                 for t in timings]
-        return physics_findings(rates, self.device.get("peaks"),
-                                int(self.device.get("l2_bytes") or 0))
-
-
-def no_reference_finding(task: KernelTask) -> Finding:
-    """Every report of a kernel checked without a reference says so: the original was
-    the judge."""
-    if task.references:
-        why = ("no carried reference takes the op's own arguments (a test's reference is "
-               "written over the arguments of the function it calls, a wrapper of the op)")
-    else:
-        why = "; ".join(task.unusable_references) or "the tests name no reference computation"
-    return Finding("no-reference", "adequacy", "warn", NO_REFERENCE, why)
-
 
 def _artifact(result: BuildResult) -> dict[str, Any]:
     return {
@@ -644,13 +580,6 @@ def _artifact(result: BuildResult) -> dict[str, Any]:
         "init": result.init,
         "namespaces": dict(result.library_namespaces),
     }
-
-
-def _runtime_failure(digest: str, job: JobResult, resources: Sequence[Any]) -> Evaluation:
-    diag = job.diagnostic()
-    return failed(
-        digest, "runtime", job.reason, [*resources, *([diag] if diag is not None else [])]
-    )
 
 
 def _with_times(result: Evaluation, build_s: float, total_s: float) -> Evaluation:

@@ -14,10 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kfbot.anticheat.findings import Finding, Layer
-from kfbot.evaluate.light import Floor, floating_dtype, floor_for, matmul_flops, percent, run_light
+from kfbot.evaluate.baseline.steps import StepReport
 from kfbot.evaluate.model import Diagnostic
-from kfbot.evaluate.stats import Speedup, compare_times, geometric_mean
-from kfbot.evaluate.steps import StepReport
+from kfbot.evaluate.verdict.light import (
+    Floor,
+    floating_dtype,
+    floor_for,
+    matmul_flops,
+    percent,
+    run_light,
+)
+from kfbot.evaluate.verdict.stats import Speedup, compare_times, geometric_mean
 
 Stage = Literal[
     "static", "build", "baseline", "correctness", "anticheat", "runtime", "benchmark", "done"

@@ -6,10 +6,10 @@ published it must also pass what the repository's authors wrote, built the way t
 build it: `setup.py build_ext --inplace` (a `pyproject.toml` installed into a folder of
 the copy's), or the `load()` calls its tests make. A
 kernel-builder repository is built by a tool kfbot does not run; there the tests get
-kfbot's build of the candidate, staged as the builder would lay it out (`staged`).
+kfbot's build of the candidate, staged as the builder would lay it out (`capture.imports`).
 
 The tests run as pytest runs them, and each script as a script, from its own folder
-(`kfbot.evaluate.harness`). Everything happens in a copy of the repository that holds
+(`kfbot.evaluate.capture.harness`). Everything happens in a copy of the repository that holds
 no link leading out of it; the user's working tree is never written, and whatever a
 step leaves running is killed with it.
 """
@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfbot.evaluate import harness
-from kfbot.evaluate.build.own import OwnRecipe, own_recipe
+from kfbot.evaluate.build.layouts.own import OwnRecipe, own_recipe
 from kfbot.evaluate.candidate import Candidate
-from kfbot.evaluate.capture_run import kfbot_import_dir
-from kfbot.evaluate.processes import Ran, run_process
+from kfbot.evaluate.capture import harness
+from kfbot.evaluate.capture.collect import kfbot_import_dir
+from kfbot.evaluate.capture.imports import STAGED_ENV, StagedModule, encode
 from kfbot.evaluate.sandbox import untrusted_env
-from kfbot.evaluate.staged import STAGED_ENV, StagedModule, encode
+from kfbot.evaluate.sandbox.processes import Ran, run_process
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import copy_repository
 from kfbot.text import write_source

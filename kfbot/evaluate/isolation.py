@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kfbot.anticheat.findings import Finding
-from kfbot.evaluate.worker import CUDA_KINDS, JobResult, WorkerSession
+from kfbot.evaluate.worker.session import CUDA_KINDS, JobResult, WorkerSession
 
 JOBS = "kfbot.evaluate.device.jobs"
 CLEAN_ROOM_JOB = "kfbot.evaluate.device.cleanroom:judge"

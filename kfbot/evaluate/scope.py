@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kfbot.anticheat.findings import Finding
-from kfbot.anticheat.sources import units
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.sources import units
 from kfbot.evaluate.task import KernelTask
 from kfbot.scan import treesitter as tsx
 

@@ -14,10 +14,10 @@ from typing import Literal
 
 from kfbot.config import Config, TaskConfig
 from kfbot.errors import EXIT_FAILURE, KfbotError
-from kfbot.evaluate.build.kernel_builder import is_kernel_builder
-from kfbot.evaluate.reference import ReferenceSpec, Unusable, reference_spec
-from kfbot.evaluate.steps import StepName
-from kfbot.evaluate.tolerances import floor_with_defaults
+from kfbot.evaluate.baseline.steps import StepName
+from kfbot.evaluate.build.layouts.kernel_builder import is_kernel_builder
+from kfbot.evaluate.reference.spec import ReferenceSpec, Unusable, reference_spec
+from kfbot.evaluate.verdict.tolerances import floor_with_defaults
 from kfbot.paths import resolve_inside
 from kfbot.scan.model import Binding, BuildRecipe, Kernel, KernelDef, ReferenceTest, Tunable
 from kfbot.text import read_source

@@ -25,8 +25,9 @@ import github
 from github.GithubException import GithubException, RateLimitExceededException
 from github.Repository import Repository
 
-from kfbot import __version__, credentials
+from kfbot import __version__
 from kfbot.errors import EXIT_FAILURE, EXIT_USAGE, KfbotError
+from kfbot.evaluate.sandbox import credentials
 
 T = TypeVar("T")
 

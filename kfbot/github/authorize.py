@@ -19,10 +19,10 @@ from pathlib import Path
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from kfbot.changes import resolve_base
 from kfbot.config import CONFIG_NAMES, PERMISSIONS, GithubConfig, load_config
 from kfbot.errors import EXIT_FAILURE, KfbotError
 from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call
+from kfbot.scan.changes import resolve_base
 
 RANK = {name: rank for rank, name in enumerate(PERMISSIONS)}  # read < ... < admin
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kfbot.anticheat.adequacy import Adequacy
 from kfbot.errors import EXIT_USAGE, KfbotError
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.reproduction import Reproduction
+from kfbot.evaluate.reproduce.model import Reproduction
 from kfbot.github.action_io import Result
 from kfbot.github.status import StatusReport
 from kfbot.github.wire import WireError, dump, load

@@ -19,11 +19,11 @@ from typing import Any
 
 from kfbot import __version__
 from kfbot.anticheat.adequacy import Adequacy
-from kfbot.evaluate.contract import FINDING as CONTRACT_FINDING
 from kfbot.evaluate.evaluation import Check, Evaluation, ShapeTiming
-from kfbot.evaluate.light import light_text
-from kfbot.evaluate.report import MARKS
-from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
+from kfbot.evaluate.inputs.contract import FINDING as CONTRACT_FINDING
+from kfbot.evaluate.render import MARKS
+from kfbot.evaluate.reproduce.model import TOLERANCE, Reproduction
+from kfbot.evaluate.verdict.light import light_text
 from kfbot.search.archive import Individual
 from kfbot.search.experience import Lesson
 from kfbot.search.report import best_so_far, history_table, mermaid_chart

@@ -37,7 +37,7 @@ from kfbot.anticheat.adequacy import Adequacy
 from kfbot.config import GithubConfig, load_config
 from kfbot.errors import KfbotError
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.reproduction import TOLERANCE, Reproduction
+from kfbot.evaluate.reproduce.model import TOLERANCE, Reproduction
 from kfbot.github.api import DEFAULT_RETRY, GitHubError, Retry, call, connect, find_token
 from kfbot.github.api import repository as open_repository
 from kfbot.github.local_clone import LocalClone, find_remote, slug_of

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from kfbot.scan import treesitter as tsx
+from kfbot.scan.cuda_context import FileContext
 from kfbot.scan.cuda_syntax import (
     NAME_TYPES,
     compact,
@@ -30,9 +30,6 @@ from kfbot.scan.cuda_syntax import (
 )
 from kfbot.scan.model import Binding
 from kfbot.scan.treesitter import Node
-
-if TYPE_CHECKING:
-    from kfbot.scan.cuda_facts import Ctx
 
 BLOCK_MACROS = re.compile(
     r"^(?:STABLE_)?(?:PYBIND11_MODULE|TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?(?:_EXPAND)?)$")
@@ -50,7 +47,7 @@ _SELECTIVE = frozenset({"TORCH_SELECTIVE_NAME", "TORCH_SELECTIVE_SCHEMA"})
 _KEY = re.compile(r"(?:^|::)k?([A-Z][A-Za-z0-9]*)$")
 
 
-def bindings(ctx: Ctx) -> Iterable[Binding]:
+def bindings(ctx: FileContext) -> Iterable[Binding]:
     for m in ctx.found(BINDING_Q):
         macro = tsx.text(m["macro"])
         names = [compact(tsx.text(p)) for p in param_decls(m["params"])]
@@ -70,7 +67,7 @@ def bindings(ctx: Ctx) -> Iterable[Binding]:
     yield from _registry(ctx)
 
 
-def _registry(ctx: Ctx) -> Iterable[Binding]:
+def _registry(ctx: FileContext) -> Iterable[Binding]:
     """`torch::RegisterOperators().op("ns::name", &fn)`: one op of namespace `ns` per
     `.op` of the chain."""
     for call in ctx.found(REGISTRY_Q):
@@ -107,7 +104,7 @@ def _op_name(arg: Node) -> str:
     return string_value(node) if node is not None else ""
 
 
-def _binding(ctx: Ctx, kind: str, module: str, key: str | None, method: str,
+def _binding(ctx: FileContext, kind: str, module: str, key: str | None, method: str,
              m: dict[str, Node]) -> Binding | None:
     args = m["args"].named_children
     if method not in ("def", "impl") or not args or _name_node(args[0]) is None:
@@ -136,7 +133,7 @@ def _dispatch_key(arg: Node) -> str | None:
     return found.group(1) if found else None
 
 
-def _bound_function(ctx: Ctx, arg: Node) -> tuple[str | None, tuple[str, ...]]:
+def _bound_function(ctx: FileContext, arg: Node) -> tuple[str | None, tuple[str, ...]]:
     """`&ns::f<float>` -> "ns::f"; a lambda -> the first function it calls; a wrapper
     such as `torch::dispatch(key, f)` -> its last argument. The second item names the
     functions passed as template arguments (`&adapter<ns::launch>` -> ("ns::launch",))."""

@@ -12,10 +12,10 @@ wherever it was handed to, with the conditions of the place that names it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.cuda_bindings import BLOCK_MACROS
+from kfbot.scan.cuda_context import FileContext
 from kfbot.scan.cuda_syntax import (
     NAME_TYPES,
     compact,
@@ -29,9 +29,6 @@ from kfbot.scan.cuda_syntax import (
 from kfbot.scan.model import HostCall, HostFunction
 from kfbot.scan.treesitter import Node
 
-if TYPE_CHECKING:
-    from kfbot.scan.cuda_facts import Ctx
-
 CALL_Q = """(call_expression function: [(identifier) (qualified_identifier) (template_function)]
   @callee arguments: (argument_list) @args) @call"""
 # Names handed over as values: call arguments and initialized variables.
@@ -43,7 +40,7 @@ DECLARED_Q = "(declaration declarator: (function_declarator declarator: (_) @nam
 PATTERNS = (CALL_Q, ARG_REF_Q, INIT_REF_Q, DECLARED_Q)
 
 
-def host_functions(ctx: Ctx) -> Iterable[HostFunction]:
+def host_functions(ctx: FileContext) -> Iterable[HostFunction]:
     for _, _, fn in ctx.functions:
         if ctx.device_only(fn):
             continue
@@ -56,7 +53,7 @@ def host_functions(ctx: Ctx) -> Iterable[HostFunction]:
                            params=_param_names(ctx, fn), required=required)
 
 
-def _param_names(ctx: Ctx, fn: Node) -> tuple[str, ...]:
+def _param_names(ctx: FileContext, fn: Node) -> tuple[str, ...]:
     found = ctx.params.get(fn.start_byte)
     if found is None:
         decls = param_decls(params_node(fn.child_by_field_name("declarator")))
@@ -65,7 +62,7 @@ def _param_names(ctx: Ctx, fn: Node) -> tuple[str, ...]:
     return found
 
 
-def host_calls(ctx: Ctx) -> Iterable[HostCall]:
+def host_calls(ctx: FileContext) -> Iterable[HostCall]:
     seen: set[tuple[str, str, int]] = set()
     for call in _calls(ctx):
         key = (call.caller, call.callee, call.line)
@@ -74,7 +71,7 @@ def host_calls(ctx: Ctx) -> Iterable[HostCall]:
             yield call
 
 
-def _calls(ctx: Ctx) -> Iterable[HostCall]:
+def _calls(ctx: FileContext) -> Iterable[HostCall]:
     for m in ctx.found(CALL_Q):
         site = m["call"]
         fn = ctx.enclosing_function(site)
@@ -100,7 +97,7 @@ def _calls(ctx: Ctx) -> Iterable[HostCall]:
                     yield _edge(ctx, fn, node, name, -1, bare=bare)
 
 
-def _functions_named(ctx: Ctx) -> set[str]:
+def _functions_named(ctx: FileContext) -> set[str]:
     """The last names of the functions this file defines or declares."""
     names = {name.rsplit("::", 1)[-1] for _, _, fn in ctx.functions
              if (name := ctx.function_name(fn)) is not None}
@@ -109,7 +106,7 @@ def _functions_named(ctx: Ctx) -> set[str]:
     return names
 
 
-def _edge(ctx: Ctx, fn: Node, site: Node, callee: str, arity: int,
+def _edge(ctx: FileContext, fn: Node, site: Node, callee: str, arity: int,
           bare: bool = False) -> HostCall:
     caller = ctx.function_name(fn) or "?"
     scope = caller.rsplit("::", 1)[0] if "::" in caller else ""

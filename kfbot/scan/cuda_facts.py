@@ -6,6 +6,8 @@ written (with their namespace scope) and resolved across files by `link`.
 The work is shared with `cuda_attrs` (attributes the grammar does not know),
 `cuda_bindings`, `cuda_calls` (host functions and calls), `cuda_conditions` (the
 branches a launch is under) and `cuda_macros` (launches written in macros).
+Those readers see the file through `cuda_context.FileContext`, which `Ctx` implements,
+so they sit below this module rather than in a circle with it.
 """
 
 from __future__ import annotations

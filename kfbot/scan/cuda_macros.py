@@ -20,13 +20,10 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from kfbot.scan import treesitter as tsx
+from kfbot.scan.cuda_context import FileContext
 from kfbot.scan.model import CudaFileFacts, HostCall, MacroDef, MacroUse, Problem
-
-if TYPE_CHECKING:
-    from kfbot.scan.cuda_facts import Ctx
 
 MACRO_DEF_Q = """(preproc_function_def name: (identifier) @name
   parameters: (preproc_params) @params) @def"""
@@ -46,7 +43,7 @@ _WRAPPER = "__kfbot_macro__"
 # --- per file ----------------------------------------------------------------------------
 
 
-def macro_defs(ctx: Ctx) -> Iterable[MacroDef]:
+def macro_defs(ctx: FileContext) -> Iterable[MacroDef]:
     for m in ctx.found(MACRO_DEF_Q):
         value = m["def"].child_by_field_name("value")
         body = tsx.text(value) if value is not None else ""
@@ -59,7 +56,7 @@ def macro_defs(ctx: Ctx) -> Iterable[MacroDef]:
                        file=ctx.file, line=ctx.line(m["def"]))
 
 
-def macro_uses(ctx: Ctx, calls: list[dict[str, tsx.Node]]) -> Iterable[MacroUse]:
+def macro_uses(ctx: FileContext, calls: list[dict[str, tsx.Node]]) -> Iterable[MacroUse]:
     for m in calls:
         callee = m["callee"]
         if callee.type != "identifier":

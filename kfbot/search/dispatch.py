@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.evaluation import ShapeTiming
-from kfbot.evaluate.inputs import lead_size
-from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.inputs.fresh import lead_size
 from kfbot.search.rewrites import syntax as sx
 from kfbot.search.rewrites.files import cuda_text
 

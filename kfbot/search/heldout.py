@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.capture.signature import CallSignature, signature_key
 from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.inputs import MAX_BEYOND_ELEMENTS, lead_size, resize
-from kfbot.evaluate.signature import CallSignature, signature_key
+from kfbot.evaluate.inputs.fresh import MAX_BEYOND_ELEMENTS, lead_size, resize
 from kfbot.evaluate.task import KernelTask
 from kfbot.search.dispatch import size_dispatches, split_of
 from kfbot.search.pershape import held_out_slower, rows_of

@@ -25,10 +25,11 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
-from kfbot import credentials, extras
+from kfbot import extras
 from kfbot.datafiles import Id, Text, load_entries, rules_dir
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import Candidate
+from kfbot.evaluate.sandbox import credentials
 from kfbot.search.budget import Budget
 from kfbot.search.edits import FORMAT_HELP, EditError, apply_edits, parse_edits
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from kfbot import git
 from kfbot.errors import EXIT_USAGE, KfbotError
-from kfbot.evaluate.reproduction import Reproduction, Request, Shape
-from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.capture.signature import CallSignature
+from kfbot.evaluate.reproduce.model import Reproduction, Request, Shape
 
 SCHEMA = 2
 REPORT = "report.json"
@@ -131,7 +131,7 @@ def _shapes(best: Mapping[str, Any], path: Path) -> tuple[Shape, ...]:
 
 def reproduce_run(folder: Path, cache: Path, gpu: int | None = None) -> Reproduction:
     """Reproduce the run in `folder` and keep the figures there (`reproduction.json`)."""
-    from kfbot.evaluate.reproduce import reproduce  # the engine only when reproducing
+    from kfbot.evaluate.reproduce.remeasure import reproduce  # the engine only when reproducing
 
     found = reproduce(read_record(folder).request, cache, gpu)
     (folder / REPRODUCTION).write_text(json.dumps(found.to_json(), indent=1) + "\n",

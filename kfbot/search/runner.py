@@ -1,7 +1,8 @@
-"""`kfbot optimize` for one kernel: plan, search, and what the search leaves behind.
+"""`kfbot optimize` for one kernel: the search, and what the search leaves behind.
 
-    plan = make_plan(task, settings, llm_on=False)       # no GPU needed
     outcome = optimize(task, engine, settings, run_dir)  # the GPU search
+
+What it will search, before it runs, is `plan`.
 
 The search runs the islands through an executor (by default the engine alone: builds
 in parallel, GPU work in one worker; or one worker per GPU); every evaluation is
@@ -27,14 +28,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kfbot.anticheat.adequacy import Adequacy
-from kfbot.anticheat.sources import units
 from kfbot.errors import KfbotError
 from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.engine import Engine
 from kfbot.evaluate.evaluation import Evaluation
-from kfbot.evaluate.report import to_json as evaluation_json
-from kfbot.evaluate.report import to_markdown as evaluation_markdown
-from kfbot.evaluate.scope import shared_names
+from kfbot.evaluate.render import to_json as evaluation_json
+from kfbot.evaluate.render import to_markdown as evaluation_markdown
+from kfbot.evaluate.sources import units
 from kfbot.evaluate.task import KernelTask
 from kfbot.paths import kfbot_folder
 from kfbot.search.archive import Individual
@@ -51,7 +51,7 @@ from kfbot.search.experience import (
     relevant,
 )
 from kfbot.search.features import cell_of
-from kfbot.search.flags import flag_plan, task_flags
+from kfbot.search.flags import task_flags
 from kfbot.search.heldout import where_it_holds
 from kfbot.search.islands import (
     Evaluate,
@@ -64,10 +64,9 @@ from kfbot.search.islands import (
 from kfbot.search.llm import LlmMutator
 from kfbot.search.model import Cell
 from kfbot.search.mutators import Mutators
-from kfbot.search.params import Knob, space_size
 from kfbot.search.pershape import section as per_shape_section
+from kfbot.search.plan import OptimizeSettings, task_knobs
 from kfbot.search.provenance import lesson_doubt, lesson_line
-from kfbot.search.reach import Reach, reaching_knobs
 from kfbot.search.report import (
     Series,
     best_so_far,
@@ -76,8 +75,7 @@ from kfbot.search.report import (
     png_chart,
     unified_patch,
 )
-from kfbot.search.rewrites import load_rewrites, propose_rewrites
-from kfbot.search.rewrites.explain import explain as explain_rewrites
+from kfbot.search.rewrites import load_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
 from kfbot.search.sections import dropped_markdown, learned_from, llm_markdown
 from kfbot.search.stopping import RunStopped, shielded
@@ -92,78 +90,6 @@ from kfbot.search.winner import (
     needs_parameters,
 )
 from kfbot.text import read_source
-
-
-@dataclass(frozen=True)
-class OptimizeSettings:
-    islands: int = 4
-    seed: int = 0
-    evaluations: int | None = 64
-    seconds: float | None = None
-    tokens: int | None = None
-    usd: float | None = None
-    batch: int = 2
-    migrate_every: int = 3
-    # Stop once a publishable candidate (or the original itself) runs at this % of the
-    # speed of light or more: what is left to win is within the floor's own error.
-    light_stop: float | None = 90.0
-    started: float | None = None  # time.monotonic() when the run began: `seconds` from it
-    reserve_s: float = 0.0  # of `seconds`, kept for what the command does after the search
-
-
-@dataclass(frozen=True)
-class Plan:
-    kernel_id: str
-    knobs: tuple[Knob, ...]
-    rewrites: tuple[str, ...]  # ids of the rewrites that apply to the original
-    llm: str  # "on" or why it is off
-    settings: OptimizeSettings
-    # Tunables the scan found that do not reach the kernel, or cannot be traced, and why.
-    knob_notes: tuple[str, ...] = ()
-    # One line per rewrite: applies (through helpers or not), or why it does not.
-    rule_notes: tuple[str, ...] = ()
-    flag_lines: tuple[str, ...] = ()  # the compiler settings searched, or why none
-
-    def lines(self) -> list[str]:
-        s = self.settings
-        budget = ", ".join(part for part in (
-            f"{s.evaluations} evaluations" if s.evaluations else "",
-            f"{s.seconds:.0f} s" if s.seconds else "",
-            f"{s.tokens} LLM tokens" if s.tokens else "",
-            f"${s.usd:.2f}" if s.usd else "") if part) or "unlimited"
-        out = [f"kernel {self.kernel_id}: {s.islands} islands, seed {s.seed}, budget {budget}"]
-        if self.knobs:
-            out.append(f"params: {len(self.knobs)} tunables, {space_size(self.knobs)} points")
-            out += [f"  {k.name} ({k.kind}, {k.file}:{k.line}) = {k.current}, tries "
-                    f"{', '.join(k.choices)}" for k in self.knobs]
-        else:
-            out.append("params: no numeric tunables found that reach the kernel")
-        out += [f"  {note}" for note in self.knob_notes]
-        out.append(f"rules: {', '.join(self.rewrites) or 'no rewrite applies to the original'}")
-        out += [f"  {note}" for note in self.rule_notes]
-        out += self.flag_lines
-        out.append(f"llm: {self.llm}")
-        return out
-
-
-def make_plan(task: KernelTask, settings: OptimizeSettings, llm: str) -> Plan:
-    found = task_knobs(task)
-    mut = Mutators(task, found.knobs, load_rewrites())
-    applying = propose_rewrites(mut.base_files(), task.editable_files, ORIGINAL,
-                                task.kernel_name, mut.rewrites)
-    ids = tuple(sorted({c.rationale.split(":", 1)[0] for c in applying}))
-    why = explain_rewrites(mut.base_files(), task.editable_files, task.kernel_name,
-                           mut.rewrites)
-    return Plan(task.kernel_id, tuple(mut.knobs), ids, llm, settings, found.notes,
-                tuple(why), flag_plan(task))
-
-
-def task_knobs(task: KernelTask) -> Reach:
-    """The tunables that reach the task's kernel, as knobs, and why others do not."""
-    files = {rel: read_source(task.root / rel, rel) for rel in task.editable_files
-             if (task.root / rel).is_file()}
-    return reaching_knobs(files, task.editable_files, task.kernel_name, task.tunables,
-                          shared_names(task))
 
 
 @dataclass
@@ -626,8 +552,6 @@ def _lessons(task: KernelTask, outcome: OptimizeOutcome, run_id: str) -> str | N
                     torch=here.torch)
     append_lessons(kfbot_folder(task.root, DEFAULT_PATH.name), [lesson])
     return None
-
-
 
 
 def _task_text(task: KernelTask) -> str:

@@ -100,3 +100,8 @@ def shielded() -> Iterator[None]:
     stop, _State.pending = _State.pending, None
     if stop is not None and _State.shields == 0 and TIME_LIMIT not in stop.reason:
         raise stop
+
+
+def call_all(functions: list[Callable[[], None]]) -> None:
+    for function in functions:
+        function()

@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 
 from kfbot.config import load_config
 from kfbot.errors import KfbotError
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.evaluation import ShapeTiming
-from kfbot.evaluate.signature import CallSignature
 from kfbot.evaluate.task import KernelTask, OpBinding, make_task
 from kfbot.scan.scanner import scan
 

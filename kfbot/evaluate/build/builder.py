@@ -32,15 +32,21 @@ from dataclasses import dataclass, fields, replace
 from itertools import pairwise
 from pathlib import Path
 
-from kfbot.evaluate import torch_build
+from kfbot.evaluate.build import cpp_extension
 from kfbot.evaluate.build import flags as cmd
-from kfbot.evaluate.build.fast import FastPath, path_note
+from kfbot.evaluate.build.diagnostics import (
+    parse_compiler_output,
+    parse_ptxas_resources,
+    resource_diagnostics,
+)
+from kfbot.evaluate.build.fast.path import FastPath, path_note
 from kfbot.evaluate.build.model import (
     BuildPath,
     BuildPlan,
     BuildRequest,
     BuildResult,
     BuildStage,
+    CompiledObject,
     ObjectPlan,
     StageError,
     Staging,
@@ -56,14 +62,10 @@ from kfbot.evaluate.build.toolkit import (
     find_toolkit,
     require_compiler,
 )
-from kfbot.evaluate.diagnostics import (
-    parse_compiler_output,
-    parse_ptxas_resources,
-    resource_diagnostics,
-)
 from kfbot.evaluate.model import Diagnostic, KernelResources
-from kfbot.evaluate.processes import kill_group
 from kfbot.evaluate.sandbox import confined, exit_code, untrusted_env
+from kfbot.evaluate.sandbox.policy import finished
+from kfbot.evaluate.sandbox.processes import kill_group
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +88,6 @@ class _Run:
     output: str
     seconds: float = 0.0
     timeout_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class CompiledObject:
-    """One object file, compiled now or found in the cache, with its compiler output."""
-
-    plan: ObjectPlan
-    path: Path
-    ok: bool
-    reused: bool
-    log: str
-    returncode: int | None = 0
-    seconds: float = 0.0  # compile time; 0 for a reused object
-    timeout_s: float = 0.0  # the limit it ran under
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -133,7 +121,7 @@ class Builder:
     def __init__(self, cache_dir: Path, arch: str | None = None, jobs: int | None = None,
                  timeout_s: float = COMPILE_TIMEOUT_S) -> None:
         self.toolkit = find_toolkit()
-        torch_build.require_torch()
+        cpp_extension.require_torch()
         self.cache_dir = Path(cache_dir).resolve()
         self.arch_list = arch_list(arch) if arch else default_arch_list()
         self.arch = arch or self.arch_list
@@ -157,12 +145,12 @@ class Builder:
         """Stage `request`'s files (exposed for tests and for the search's reports)."""
         return stage(request, self.cache_dir / "stage")
 
-    def flags(self, request: BuildRequest, staging: Staging) -> torch_build.TorchFlags:
+    def flags(self, request: BuildRequest, staging: Staging) -> cpp_extension.TorchFlags:
         """torch's flags for this recipe, with include folders relative to the stage."""
         recipe = request.recipe
         cflags, cuda_cflags = cmd.recipe_flags(recipe, request.extra_cuda_cflags)
         with_cuda = any(map(cmd.is_cuda, staging.sources)) or bool(recipe.extra_cuda_cflags)
-        asked = torch_build.FlagRequest(
+        asked = cpp_extension.FlagRequest(
             internal_name(recipe.name),
             cflags,
             cuda_cflags,
@@ -171,10 +159,10 @@ class Builder:
             self.arch_list,
             self.toolkit.cuda_home,
         )
-        found = torch_build.torch_flags(asked)
+        found = cpp_extension.torch_flags(asked)
         require_compiler(found.cxx)
-        return torch_build.TorchFlags(
-            *(cmd.unmark(getattr(found, f.name)) for f in fields(torch_build.TorchFlags))
+        return cpp_extension.TorchFlags(
+            *(cmd.unmark(getattr(found, f.name)) for f in fields(cpp_extension.TorchFlags))
         )
 
     def plan(self, request: BuildRequest) -> BuildPlan:
@@ -202,7 +190,7 @@ class Builder:
 
     def _object_plan(
         self,
-        flags: torch_build.TorchFlags,
+        flags: cpp_extension.TorchFlags,
         staging: Staging,
         source: str,
         params: Mapping[str, str],
@@ -383,10 +371,12 @@ class Builder:
             with self._guard:
                 self._running.add(proc)
             try:
-                code, output = _communicate(proc, stdin, timeout)
+                code, output = _communicate(proc, stdin, timeout, argv)
                 code = None if code is None else exit_code(code)
             finally:
                 kill_group(proc)
+                proc.wait()
+                finished(argv)  # what left the group (a separate user's setsid daemons)
                 with self._guard:
                     self._running.discard(proc)
         if self._stopped.is_set() and code != 0:
@@ -515,15 +505,17 @@ def _noted(result: BuildResult, path: BuildPath, why: str) -> BuildResult:
     return replace(result, path=path, diagnostics=(*result.diagnostics, path_note(path, why)))
 
 
-def _communicate(proc: subprocess.Popen[bytes], stdin: str | None,
-                 timeout: float) -> tuple[int | None, str]:
-    """(exit code or None when it timed out, output); the group is killed on a timeout."""
+def _communicate(proc: subprocess.Popen[bytes], stdin: str | None, timeout: float,
+                 argv: Sequence[str]) -> tuple[int | None, str]:
+    """(exit code or None when it timed out, output); the group is killed on a timeout,
+    and what left it (it could hold the output open)."""
     data = stdin.encode("utf-8") if stdin is not None else None
     try:
         output, _ = proc.communicate(data, timeout=timeout)
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
         kill_group(proc)
+        finished(argv)
         output, _ = proc.communicate()
         code = None
     return code, (output or b"").decode("utf-8", errors="replace")
@@ -548,7 +540,7 @@ def _explain_link(diagnostic: Diagnostic) -> Diagnostic:
     if match is None:
         return diagnostic
     library = match["lib"]
-    if library in ("torch_cuda", "c10_cuda") and not torch_build.has_cuda_libraries():
+    if library in ("torch_cuda", "c10_cuda") and not cpp_extension.has_cuda_libraries():
         why = (
             "this torch has no CUDA libraries (a CPU-only build); install a CUDA build of "
             "PyTorch to link CUDA extensions"

@@ -11,7 +11,7 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 
-from kfbot.evaluate import torch_build
+from kfbot.evaluate.build import cpp_extension
 from kfbot.evaluate.build.model import ObjectPlan, digest
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, nvcc_flags
 from kfbot.paths import file_argument
@@ -45,7 +45,7 @@ def object_key(
         "object",
         resolved(command),
         list(command),
-        torch_build.torch_version(),
+        cpp_extension.torch_version(),
         source,
         text,
         sorted(headers),
@@ -127,7 +127,7 @@ def _params_for(flags: Sequence[str], text: str, params: Mapping[str, str]) -> d
 
 
 def compile_command(
-    flags: torch_build.TorchFlags, source: str, cuda: bool, params: Mapping[str, str], text: str
+    flags: cpp_extension.TorchFlags, source: str, cuda: bool, params: Mapping[str, str], text: str
 ) -> tuple[str, ...]:
     """One compile, as torch's ninja rules spell it (less the dependency files)."""
     if cuda:
@@ -166,7 +166,7 @@ def shim_plan(cxx: Sequence[str], module: str, internal: str) -> ObjectPlan:
     return ObjectPlan("<shim>", line, object_key(line, "<shim>", text, ()), False)
 
 
-def link_flags(flags: torch_build.TorchFlags) -> tuple[str, ...]:
+def link_flags(flags: cpp_extension.TorchFlags) -> tuple[str, ...]:
     shared = () if "-shared" in flags.ldflags else ("-shared",)
     return (*flags.ldflags, *shared)
 

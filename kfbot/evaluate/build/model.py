@@ -116,6 +116,20 @@ class ObjectPlan:
 
 
 @dataclass(frozen=True)
+class CompiledObject:
+    """One object file, compiled now or found in the cache, with its compiler output."""
+
+    plan: ObjectPlan
+    path: Path
+    ok: bool
+    reused: bool
+    log: str
+    returncode: int | None = 0
+    seconds: float = 0.0  # compile time; 0 for a reused object
+    timeout_s: float = 0.0  # the limit it ran under
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     staging: Staging
     module_name: str  # what Python imports

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kfbot.evaluate.build.kernel_builder import generated_headers
+from kfbot.evaluate.build.layouts.kernel_builder import generated_headers
 from kfbot.evaluate.build.model import (
     BuildRequest,
     LineSpan,

@@ -186,7 +186,7 @@ def parse_symbol(text: str, source: Source = "symbol table") -> KernelSymbol | N
         head = text  # a C name (extern "C"), which has no parameter list
     if head is None:
         return None
-    parts = _split_top(_drop_return_type(head), "::")
+    parts = split_top(_drop_return_type(head), "::")
     if not parts or not parts[-1]:
         return None
     last, args = _template_split(parts[-1])
@@ -226,13 +226,15 @@ def _drop_return_type(head: str) -> str:
     return head[cut:]
 
 
-def _split_top(text: str, sep: str) -> list[str]:
+def split_top(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` where no <>, () or [] is open: the parts of a demangled
+    C++ name (also read by `kfbot.evaluate.observe.names` for the profiler's names)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(text):
         ch = text[i]
-        if ch in "<(":
+        if ch in "<([":
             depth += 1
-        elif ch in ">)":
+        elif ch in ">)]":
             depth -= 1
         elif depth == 0 and text.startswith(sep, i):
             parts.append(text[start:i])
@@ -248,5 +250,5 @@ def _template_split(part: str) -> tuple[str, tuple[str, ...]]:
     if not part.endswith(">") or "<" not in part:
         return part, ()
     name, _, inner = part.partition("<")
-    args = _split_top(inner[:-1], ",")
+    args = split_top(inner[:-1], ",")
     return name, tuple(a.strip() for a in args if a.strip())

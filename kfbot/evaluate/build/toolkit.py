@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kfbot.errors import EXIT_MISSING_TOOL, EXIT_USAGE, KfbotError
-from kfbot.evaluate import torch_build
+from kfbot.evaluate.build import cpp_extension
 
 DEFAULT_ARCH = "90"
 _ARCH = re.compile(r"^(?:sm_|compute_)?(?P<major>\d+)(?P<minor>\d)(?P<suffix>[a-z]?)$")
@@ -40,7 +40,7 @@ def default_arch_list() -> str:
     configured = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if configured and configured != "native":
         return configured
-    found = torch_build.visible_gpu_arch() if _may_have_gpu() else None
+    found = cpp_extension.visible_gpu_arch() if _may_have_gpu() else None
     return arch_list(found or DEFAULT_ARCH)
 
 

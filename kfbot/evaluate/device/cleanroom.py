@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device import health
 from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.loading import Op, load_op
+from kfbot.evaluate.device.references import leniency, references_for
 from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import (
     InputSet,
@@ -32,8 +33,8 @@ from kfbot.evaluate.device.verify import (
     reference_output,
     tensors,
 )
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import Tolerance
+from kfbot.evaluate.inputs.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.verdict.tolerances import Tolerance
 
 MAX_SETS = 10
 
@@ -81,8 +82,6 @@ def save_outputs(candidate: Op, sets: Sequence[Mapping[str, Any]], folder: str,
 def judge(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Job, in a worker no candidate ran in: each saved output against the reference (the
     original where there is none), on inputs made here."""
-    from kfbot.evaluate.device.jobs import leniency, references_for
-
     numerics = health.pin_numerics()
     sys.path[:0] = [p for p in payload.get("sys_path", []) if p not in sys.path]
     original = load_op(payload["original"], payload["op"])

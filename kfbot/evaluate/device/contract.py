@@ -1,4 +1,4 @@
-"""Worker job: the inputs kfbot adds, each tried on the original (`evaluate.contract`).
+"""Worker job: the inputs kfbot adds, each tried on the original (`evaluate.inputs.contract`).
 
 Each trial, in order: is there room for it (its estimated bytes against the GPU's free
 memory, before anything is allocated); then the original on fresh inputs, against the
@@ -21,16 +21,17 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import tolerance_for
-from kfbot.evaluate.contract import MEMORY_SHARE, Trial, Verdict
-from kfbot.evaluate.device.jobs import leniency, references_for, wrong_output
+from kfbot.evaluate.device.jobs import wrong_output
 from kfbot.evaluate.device.lenient import Leniency
 from kfbot.evaluate.device.loading import Op, load_op
+from kfbot.evaluate.device.references import leniency, references_for
 from kfbot.evaluate.device.values import values_for
 from kfbot.evaluate.device.verify import InputSet
-from kfbot.evaluate.tolerances import DEFAULT_TOLERANCES, Tolerance
-from kfbot.evaluate.worker import cuda_error_kind
-from kfbot.evaluate.worker_main import RESTART_KEY
+from kfbot.evaluate.inputs.contract import MEMORY_SHARE, Trial, Verdict
+from kfbot.evaluate.verdict.compare import tolerance_for
+from kfbot.evaluate.verdict.tolerances import DEFAULT_TOLERANCES, Tolerance
+from kfbot.evaluate.worker.main import RESTART_KEY
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 ANNOUNCE = "kfbot contract: trying "
 

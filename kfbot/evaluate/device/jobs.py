@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -15,12 +14,12 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device import environment, health
 from kfbot.evaluate.device.cleanroom import save_outputs
 from kfbot.evaluate.device.cleanroom import specs as clean_specs
-from kfbot.evaluate.device.lenient import Leniency, leniency_of, relaxed
-from kfbot.evaluate.device.loading import Op, load_op, load_reference
+from kfbot.evaluate.device.lenient import Leniency, relaxed
+from kfbot.evaluate.device.loading import Op, load_op
 from kfbot.evaluate.device.precision import precision, precision_record
 from kfbot.evaluate.device.probes import (
     Launch,
@@ -28,7 +27,8 @@ from kfbot.evaluate.device.probes import (
     kernel_identifier,
     launches,
 )
-from kfbot.evaluate.device.retime import RetimeSettings, measure
+from kfbot.evaluate.device.references import leniency, references_for
+from kfbot.evaluate.device.retime import RetimeSettings, measure, retime_shapes
 from kfbot.evaluate.device.timed import second_timer, timed_check
 from kfbot.evaluate.device.timing import Swaps, TimingSettings, interleaved
 from kfbot.evaluate.device.values import values_for
@@ -45,13 +45,12 @@ from kfbot.evaluate.device.verify import (
     tensors,
     verify,
 )
-from kfbot.evaluate.distributions import Phase, SeedSchedule
-from kfbot.evaluate.inputs import make_args, storage_extent
-from kfbot.evaluate.reference import belongs
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import Tolerance
-from kfbot.evaluate.worker import cuda_error_kind
-from kfbot.evaluate.worker_main import RESTART_KEY
+from kfbot.evaluate.inputs.contract import RECORDED, Trial, shape_label
+from kfbot.evaluate.inputs.distributions import Phase, SeedSchedule
+from kfbot.evaluate.inputs.fresh import make_args, storage_extent
+from kfbot.evaluate.verdict.tolerances import Tolerance
+from kfbot.evaluate.worker.main import RESTART_KEY
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 REPEAT_CALLS = 10
 TIMED_SETS = 3  # argument sets the timed trials rotate through, per shape
@@ -181,11 +180,9 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
     references = references_for(payload.get("references", []))
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     settings = RetimeSettings(**payload.get("retime", {}))
-    shapes = []
-    for entry in payload["shapes"]:
-        sig = CallSignature.from_json(entry["signature"])
-        arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
-        inputs = InputSet(entry["label"], *arg_sets[0])
+    shapes: list[dict[str, Any]] = []
+    for shape in retime_shapes(payload):
+        label, arg_sets, inputs = shape.label, shape.arg_sets, shape.inputs
         try:
             wrong = wrong_output(candidate, original, references(inputs), inputs, overrides)
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -193,17 +190,12 @@ def reproduce(payload: Mapping[str, Any]) -> dict[str, Any]:
                 raise
             wrong = f"{type(exc).__name__}: {exc}"[:300]
         if wrong:
-            shapes.append({"label": entry["label"], "error": wrong})
+            shapes.append({"label": label, "error": wrong})
             continue
         samples = measure({"original": original, "candidate": candidate}, arg_sets, settings)
-        shapes.append({"label": entry["label"], "original_us": samples["original"],
+        shapes.append({"label": label, "original_us": samples["original"],
                        "candidate_us": samples["candidate"]})
     return {"shapes": shapes, "environment": environment.describe()}
-
-
-def leniency(specs: Sequence[Mapping[str, Any]]) -> Leniency | None:
-    """What the repository's test's own comparison accepts (its first reference's)."""
-    return leniency_of(next((str(s.get("comparison") or "") for s in specs), ""))
 
 
 def wrong_output(candidate: Op, original: Op, reference: Op | None, inputs: InputSet,
@@ -328,33 +320,6 @@ def _copies(inputs: InputSet) -> tuple[list[Any], dict[str, Any]]:
     return clone(inputs.args), clone(inputs.kwargs)
 
 
-def references_for(specs: Sequence[Mapping[str, Any]]) -> Callable[[InputSet], Op | None]:
-    loaded = [(spec, load_reference(spec)) for spec in specs]
-
-    def for_inputs(inputs: InputSet) -> Op | None:
-        for spec, fn in loaded:
-            via = inputs.via
-            if spec.get("outer"):
-                # Over the wrapper's arguments: usable on calls that came through it.
-                if via is not None and via.outer == spec["outer"] and \
-                        belongs(spec, _arity(fn), len(via.args), inputs.tests):
-                    adapted = via.adapt(fn)
-                    if adapted is not None:
-                        return adapted
-            elif belongs(spec, _arity(fn), len(inputs.args), inputs.tests):
-                return fn
-        return None
-
-    return for_inputs
-
-
-def _arity(fn: Op) -> int:
-    try:
-        return len(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return -1
-
-
 def _input_sets(
     signatures: Sequence[CallSignature], seeds: Sequence[int], payload: Mapping[str, Any]
 ) -> list[InputSet]:
@@ -386,7 +351,7 @@ def _declared_sets(ref: str, declared: Mapping[str, Any], seeds: Sequence[int]) 
 
 def _added_sets(added: Sequence[Mapping[str, Any]], seed: int, contract_seed: int
                 ) -> list[InputSet]:
-    """The inputs kfbot adds that the original held to (`evaluate.contract`): edge
+    """The inputs kfbot adds that the original held to (`evaluate.inputs.contract`): edge
     shapes, scaled and large shapes, the sizes a candidate compares with, redrawn
     values. Recorded values are drawn afresh (`seed`); redrawn ones exactly as the
     original was tried on them (`contract_seed`): a heavy tail's extremes differ from

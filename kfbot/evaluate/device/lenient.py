@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import dtype_name
+from kfbot.evaluate.verdict.compare import dtype_name
 
 # The comparisons that broadcast, and those that also promote dtypes, by the names the
 # scan gives them (`kfbot.scan.py_compare`).

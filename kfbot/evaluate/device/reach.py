@@ -6,11 +6,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device.loading import load_op
 from kfbot.evaluate.device.probes import kernel_identifier, launches
-from kfbot.evaluate.inputs import make_args
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.worker import cuda_error_kind
+from kfbot.evaluate.inputs.fresh import make_args
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 
 def reaching(payload: Mapping[str, Any]) -> dict[str, Any]:

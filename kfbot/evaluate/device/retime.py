@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from kfbot.evaluate.capture.signature import CallSignature
+from kfbot.evaluate.device.verify import InputSet
+from kfbot.evaluate.inputs.fresh import make_args
 
 Op = Callable[..., Any]
 Args = tuple[list[Any], dict[str, Any]]
@@ -103,3 +107,22 @@ def _warm(ops: Mapping[str, Op], arg_sets: Sequence[Args], seconds: float) -> No
             op(*args, **kwargs)
         torch.cuda.synchronize()
         n += 1
+
+
+@dataclass(frozen=True)
+class RetimeShape:
+    """One shape of a re-timing job: the argument sets of every seed, timed in turn, and
+    the first of them as the inputs an output is checked on before any timing."""
+
+    label: str
+    arg_sets: list[Args]
+    inputs: InputSet
+
+
+def retime_shapes(payload: Mapping[str, Any]) -> Iterator[RetimeShape]:
+    """The shapes a re-timing job's payload names, their inputs made on the GPU one
+    shape at a time (the reproduction's and the variants' jobs alike)."""
+    for entry in payload["shapes"]:
+        sig = CallSignature.from_json(entry["signature"])
+        arg_sets: list[Args] = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
+        yield RetimeShape(entry["label"], arg_sets, InputSet(entry["label"], *arg_sets[0]))

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kfbot.errors import KfbotError
-from kfbot.evaluate.contract import RECORDED, Trial
-from kfbot.evaluate.distributions import DISTRIBUTIONS, SeedSchedule, draw_args
-from kfbot.evaluate.inputs import Args, make_args
-from kfbot.evaluate.signature import CallSignature
+from kfbot.evaluate.capture.signature import CallSignature
+from kfbot.evaluate.inputs.contract import RECORDED, Trial
+from kfbot.evaluate.inputs.distributions import DISTRIBUTIONS, SeedSchedule, draw_args
+from kfbot.evaluate.inputs.fresh import Args, make_args
 
 Values = Callable[[CallSignature, int, str], Args]  # (signature, seed, device) -> args
 

@@ -21,12 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kfbot.evaluate.device.loading import Op, load_op
-from kfbot.evaluate.device.retime import RetimeSettings, measure
+from kfbot.evaluate.device.retime import RetimeSettings, measure, retime_shapes
 from kfbot.evaluate.device.verify import InputSet, call, compare_outputs
-from kfbot.evaluate.inputs import make_args
-from kfbot.evaluate.signature import CallSignature
-from kfbot.evaluate.tolerances import Tolerance
-from kfbot.evaluate.worker import cuda_error_kind
+from kfbot.evaluate.verdict.tolerances import Tolerance
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 
 def time_variants(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -36,10 +34,8 @@ def time_variants(payload: Mapping[str, Any]) -> dict[str, Any]:
     overrides = {k: Tolerance(*v) for k, v in payload.get("tolerances", {}).items()}
     settings = RetimeSettings(**payload.get("retime", {}))
     shapes = []
-    for entry in payload["shapes"]:
-        sig = CallSignature.from_json(entry["signature"])
-        arg_sets = [make_args(sig, seed, "cuda") for seed in payload["seeds"]]
-        inputs = InputSet(entry["label"], *arg_sets[0])
+    for shape in retime_shapes(payload):
+        label, arg_sets, inputs = shape.label, shape.arg_sets, shape.inputs
         found: dict[str, Any] = {}
         for name, op in variants.items():
             wrong = _differs(op, original, inputs, overrides)
@@ -49,7 +45,7 @@ def time_variants(payload: Mapping[str, Any]) -> dict[str, Any]:
             samples = measure({"original": original, "variant": op}, arg_sets, settings)
             found[name] = {"original_us": statistics.median(samples["original"]),
                            "variant_us": statistics.median(samples["variant"])}
-        shapes.append({"label": entry["label"], "variants": found})
+        shapes.append({"label": label, "variants": found})
     return {"shapes": shapes}
 
 

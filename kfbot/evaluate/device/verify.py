@@ -19,7 +19,16 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.compare import (
+from kfbot.evaluate.capture.via import Via
+from kfbot.evaluate.device.lenient import Leniency, relaxed
+from kfbot.evaluate.device.probes import (
+    mutated,
+    poisoned_elements,
+    snapshot,
+    tensors_in,
+)
+from kfbot.evaluate.poison import POISON_FINITE, POISON_NAMES, POISON_NAN, poison
+from kfbot.evaluate.verdict.compare import (
     Comparison,
     close_all,
     close_all_finite,
@@ -27,20 +36,8 @@ from kfbot.evaluate.compare import (
     dtype_name,
     tolerance_for,
 )
-from kfbot.evaluate.device.lenient import Leniency, relaxed
-from kfbot.evaluate.device.probes import (
-    POISON_FINITE,
-    POISON_NAMES,
-    POISON_NAN,
-    mutated,
-    poison,
-    poisoned_elements,
-    snapshot,
-    tensors_in,
-)
-from kfbot.evaluate.tolerances import Tolerance
-from kfbot.evaluate.via import Via
-from kfbot.evaluate.worker import cuda_error_kind
+from kfbot.evaluate.verdict.tolerances import Tolerance
+from kfbot.evaluate.worker.session import cuda_error_kind
 
 Op = Callable[..., Any]
 Args = tuple[list[Any], dict[str, Any]]

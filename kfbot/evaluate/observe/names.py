@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kfbot.evaluate.build.symbols import split_top
 from kfbot.scan.model import Kernel
 
 ANONYMOUS = "(anonymous namespace)"
@@ -98,22 +99,9 @@ def _split_template(last: str) -> tuple[str, tuple[str, ...], bool]:
 
 
 def _split_top(text: str, sep: str) -> list[str]:
-    """`text` split at `sep` where no <>, () or [] is open."""
-    out, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        if c in "<([":
-            depth += 1
-        elif c in ">)]":
-            depth -= 1
-        elif depth == 0 and text.startswith(sep, i):
-            out.append(text[start:i])
-            i += len(sep)
-            start = i
-            continue
-        i += 1
-    out.append(text[start:])
-    return [p for p in (x.strip() for x in out) if p]
+    """The stripped, non-empty parts of `text` split at `sep` where no <>, () or [] is
+    open."""
+    return [p for p in (x.strip() for x in split_top(text, sep)) if p]
 
 
 # --- matching ----------------------------------------------------------------------------

@@ -4,11 +4,11 @@
     kfbot.scan.observed.save(root, observed)
 
 1. Build every extension the scan found, under the names the repository uses, and
-   stage the builds for its tests (`repository_build`); one that does not build is
+   stage the builds for its tests (`build.repository`); one that does not build is
    said, and the tests that import it run without it. A repository that builds itself
    (a build of kind `repository`) is built its own way, and its tests run in that tree.
 2. Run every test file and the scripts that reach an extension, each file in its own
-   sandboxed process with its own time limit (`capture_run`), under the recorder: per
+   sandboxed process with its own time limit (`capture.collect`), under the recorder: per
    test, the kernels it launched (torch's profiler), the ops they came through, its
    outcome.
 3. Match the launched names to the scanned definitions (`names`): by name, namespace,
@@ -35,16 +35,16 @@ from typing import Literal
 
 from kfbot.errors import KfbotError
 from kfbot.evaluate.build import Builder, BuildRequest
-from kfbot.evaluate.build.inline import inline_sources
-from kfbot.evaluate.capture_run import CaptureResult, capture_signatures
+from kfbot.evaluate.build.layouts.load_inline import inline_sources
+from kfbot.evaluate.build.repository import staged_modules
+from kfbot.evaluate.capture.collect import CaptureResult, capture_signatures
+from kfbot.evaluate.capture.imports import StagedModule
+from kfbot.evaluate.capture.launches import ObserveRequest, RunRecord
+from kfbot.evaluate.capture.signature import OpRef
+from kfbot.evaluate.capture.suite import expand
 from kfbot.evaluate.observe import names
 from kfbot.evaluate.observe.mutants import NoMutant, silent
 from kfbot.evaluate.observe.own_tree import own_mutant_tree, own_tree
-from kfbot.evaluate.observe.protocol import ObserveRequest, RunRecord
-from kfbot.evaluate.repository_build import staged_modules
-from kfbot.evaluate.signature import OpRef
-from kfbot.evaluate.staged import StagedModule
-from kfbot.evaluate.suite import expand
 from kfbot.paths import default_skip, inside
 from kfbot.scan.model import BuildRecipe, Kernel, Observations, ObservedTest, ScanReport, Verdict
 from kfbot.scan.observed import state_key

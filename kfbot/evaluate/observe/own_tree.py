@@ -1,7 +1,7 @@
 """Observing a repository that builds itself (a build of kind `repository`).
 
 Its tests import the libraries its own build put beside its packages, so they run in
-the copy that build made (`build/own.py`), its folder importable as an install would
+the copy that build made (`build/layouts/own.py`), its folder importable as an install would
 make it. The mutant of a kernel (its body emptied, `mutants.silent`) is built the same
 way, in the same workshop, and laid into a copy of that tree in place of the library
 that holds the kernel (found by its symbols): the tests run there again.
@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from kfbot.evaluate.build.own import OwnBuild, OwnBuilder, own_recipe
+from kfbot.evaluate.build.layouts.own import OwnBuild, OwnBuilder, own_recipe
 from kfbot.evaluate.build.symbols import holders
 from kfbot.evaluate.observe.mutants import NoMutant, silent
 from kfbot.scan.model import BuildRecipe, Kernel

@@ -18,7 +18,13 @@ and mount namespaces, made by bubblewrap or by `unshare` with a user namespace, 
     argv = confined(argv, cwd=copy, writable=[copy, out])   # then Popen(argv, ...)
     status = exit_code(proc.returncode)
 
-`launch` is the program that finishes the set-up inside.
+`launch` is the program that finishes the set-up inside; `processes` runs one of the
+repository's processes there and brings back how it ended. `credentials` is the other
+side of the same boundary: the secrets kfbot's own process holds, read once at start
+and kept out of every environment it passes on.
+
+It imports only the ground floor: every other part of kfbot that runs untrusted
+code comes through it.
 """
 
 from kfbot.evaluate.sandbox.environment import (

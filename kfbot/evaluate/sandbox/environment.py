@@ -9,7 +9,7 @@ A denylist of secret-looking names cannot work: credentials live under names suc
 like secrets are still dropped from what the allowlist lets through, as a second layer.
 
 The process that starts these must not hold secrets in its own environment either (a
-child can read `/proc/<parent>/environ`): see `kfbot.credentials`.
+child can read `/proc/<parent>/environ`): see `kfbot.evaluate.sandbox.credentials`.
 """
 
 from __future__ import annotations

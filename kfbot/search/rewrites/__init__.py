@@ -23,6 +23,9 @@ only its target: one kernel, the device functions only it calls, and its launche
     catalogue    loading the rules files
     classify     which kernel class a kernel belongs to; worked examples for the LLM
     propose      the rules mutator's candidates
+
+It may import the scan's tree-sitter helpers, the candidate and scope records of
+`kfbot.evaluate` and the ground floor; nothing of the search's driver.
 """
 
 from kfbot.search.rewrites.catalogue import (

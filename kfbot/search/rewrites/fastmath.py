@@ -27,7 +27,7 @@ from kfbot.search.rewrites.files import CUDA_SUFFIXES, cuda_literal
 from kfbot.search.rewrites.syntax import Target
 
 FAST_MATH_FLAG = "--use_fast_math"
-# kfbot's float32 tolerance when a task declares none (kfbot.evaluate.compare, which
+# kfbot's float32 tolerance when a task declares none (kfbot.evaluate.verdict.compare, which
 # imports torch and so cannot be read from the search process).
 DEFAULT_RTOL = 1e-4
 MARGIN = 8.0  # the tolerance must hold this many times an intrinsic's error
