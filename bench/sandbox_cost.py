@@ -15,7 +15,9 @@ for each method that works here, the median and 90th percentile wall time of
 and the added time per candidate (two sandboxed compiles). The worker rows give the
 median and the slowest of a few starts. Measured on a 2-core machine under load 6-7
 (python -c pass: 172 ms there): bwrap and unshare each added 170-190 ms to a process,
-about one interpreter start (the launcher), and 220-270 ms to a worker's start.
+about one interpreter start (the launcher), and 220-270 ms to a worker's start. The
+separate user (kfbot as root) pays the launcher's start and, after each process, a second
+one that kills what is left of its id.
 
     .venv/bin/python bench/sandbox_cost.py [--runs 20]
 """
@@ -31,10 +33,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
-from kfbot.evaluate.sandbox import Sandbox, View, untrusted_env
-from kfbot.evaluate.sandbox.methods import Method
+from kfbot.evaluate.sandbox import Sandbox, View, separate_user, untrusted_env
+from kfbot.evaluate.sandbox.methods import CHOICE_VARIABLE, LAUNCHER, Method
 
 PROGRAMS = {"true": ["true"], "python": [sys.executable, "-c", "pass"]}
 
@@ -56,6 +59,16 @@ def run(argv: Sequence[str], cwd: str) -> None:
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
+def confined_run(box: Sandbox, argv: Sequence[str], view: View) -> None:
+    """As a spawn point does: the command made for this run, and the clean-up after it
+    (a separate user's: a fresh id, its folders, and killing what is left of it)."""
+    wrapped = box.command(argv, view)
+    try:
+        run(wrapped, view.cwd)
+    finally:
+        box.finished(wrapped)
+
+
 WORKER = """
 import time
 from kfbot.evaluate.sandbox import sandbox
@@ -71,17 +84,21 @@ def worker_starts(runs: int) -> None:
     """A GPU worker's start and one trivial job (no torch preloaded), in a kfbot process
     whose PATH offers bubblewrap, only unshare, or neither."""
     with tempfile.TemporaryDirectory(prefix="kfbot-bench-bin-") as tmp:
-        paths = {"bwrap": os.environ["PATH"], "unshare": _path_without(Path(tmp, "a"), {"bwrap"}),
-                 "none": _path_without(Path(tmp, "b"), {"bwrap", "unshare"})}
-        for wanted, path in paths.items():
+        plain = os.environ["PATH"]
+        envs = {"bwrap": {"PATH": plain},
+                "unshare": {"PATH": _path_without(Path(tmp, "a"), {"bwrap"})},
+                "separate-user": {"PATH": plain, CHOICE_VARIABLE: "separate-user"},
+                "none": {"PATH": _path_without(Path(tmp, "b"), {"bwrap", "unshare"}),
+                         CHOICE_VARIABLE: "bwrap,unshare"}}
+        for wanted, env in envs.items():
             seconds = []
             for _ in range(max(3, runs // 4)):
                 done = subprocess.run([sys.executable, "-c", WORKER], capture_output=True,
-                                      text=True, env={**os.environ, "PATH": path}, check=True)
+                                      text=True, env={**os.environ, **env}, check=True)
                 method, elapsed, status = done.stdout.split()
                 seconds.append(float(elapsed))
             if method == wanted and status == "ok":
-                print(f"{'worker':8} {method:8} {statistics.median(seconds) * 1e3:10.1f} "
+                print(f"{'worker':8} {method:13} {statistics.median(seconds) * 1e3:10.1f} "
                       f"{max(seconds) * 1e3:8.1f}")
 
 
@@ -104,19 +121,20 @@ def main() -> None:
         tool = shutil.which(method)
         if tool is not None:
             boxes.append(Sandbox(_method(method), tool))
+    if separate_user.problem() is None:
+        boxes.append(Sandbox("separate-user", LAUNCHER))
     with tempfile.TemporaryDirectory(prefix="kfbot-bench-") as folder:
         view = View.of(folder, writable=[folder])
-        print(f"{'program':8} {'method':8} {'median ms':>10} {'p90 ms':>8} {'added ms':>9}")
+        print(f"{'program':8} {'method':13} {'median ms':>10} {'p90 ms':>8} {'added ms':>9}")
         added: dict[str, float] = {}
         for name, argv in PROGRAMS.items():
-            alone, alone90 = timed(lambda a=argv: run(a, folder), args.runs)
-            print(f"{name:8} {'none':8} {alone * 1e3:10.1f} {alone90 * 1e3:8.1f} {'':>9}")
+            alone, alone90 = timed(partial(run, argv, folder), args.runs)
+            print(f"{name:8} {'none':13} {alone * 1e3:10.1f} {alone90 * 1e3:8.1f} {'':>9}")
             for box in boxes:
-                wrapped = box.command(argv, view)
-                median, p90 = timed(lambda w=wrapped: run(w, folder), args.runs)
+                median, p90 = timed(partial(confined_run, box, argv, view), args.runs)
                 extra = (median - alone) * 1e3
                 added[box.method] = max(added.get(box.method, 0.0), extra)
-                print(f"{name:8} {box.method:8} {median * 1e3:10.1f} {p90 * 1e3:8.1f} "
+                print(f"{name:8} {box.method:13} {median * 1e3:10.1f} {p90 * 1e3:8.1f} "
                       f"{extra:9.1f}")
         worker_starts(args.runs)
         for method, extra in added.items():

@@ -8,6 +8,7 @@ import gc
 import multiprocessing
 import multiprocessing.pool
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.pool import AsyncResult
 from pathlib import Path
@@ -198,7 +199,18 @@ def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
     # Workers never run the cyclic collector (see `paused_gc`): besides its own cost, a
     # collection would touch every object inherited from this process, copying the
     # memory pages that fork shares. Extraction leaves no cycles to collect.
-    return multiprocessing.get_context(method).Pool(jobs, initializer=gc.disable)
+    return multiprocessing.get_context(method).Pool(jobs, initializer=_worker_start)
+
+
+def _worker_start() -> None:
+    """In each worker: no cyclic collector, and SIGTERM's default action.
+
+    The pool is ended with SIGTERM (`Pool.terminate`). A forked worker inherits the
+    handler of the process that started it, such as the CLI's, which unwinds rather than
+    exits: a worker waiting for its next batch then stays blocked on the queue's lock,
+    and the scan waits for it forever."""
+    gc.disable()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _extract_batch(batch: Batch) -> list[FileResult]:

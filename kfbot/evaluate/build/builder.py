@@ -64,6 +64,7 @@ from kfbot.evaluate.build.toolkit import (
 )
 from kfbot.evaluate.model import Diagnostic, KernelResources
 from kfbot.evaluate.sandbox import confined, exit_code, untrusted_env
+from kfbot.evaluate.sandbox.policy import finished
 from kfbot.evaluate.sandbox.processes import kill_group
 
 log = logging.getLogger(__name__)
@@ -370,10 +371,12 @@ class Builder:
             with self._guard:
                 self._running.add(proc)
             try:
-                code, output = _communicate(proc, stdin, timeout)
+                code, output = _communicate(proc, stdin, timeout, argv)
                 code = None if code is None else exit_code(code)
             finally:
                 kill_group(proc)
+                proc.wait()
+                finished(argv)  # what left the group (a separate user's setsid daemons)
                 with self._guard:
                     self._running.discard(proc)
         if self._stopped.is_set() and code != 0:
@@ -502,15 +505,17 @@ def _noted(result: BuildResult, path: BuildPath, why: str) -> BuildResult:
     return replace(result, path=path, diagnostics=(*result.diagnostics, path_note(path, why)))
 
 
-def _communicate(proc: subprocess.Popen[bytes], stdin: str | None,
-                 timeout: float) -> tuple[int | None, str]:
-    """(exit code or None when it timed out, output); the group is killed on a timeout."""
+def _communicate(proc: subprocess.Popen[bytes], stdin: str | None, timeout: float,
+                 argv: Sequence[str]) -> tuple[int | None, str]:
+    """(exit code or None when it timed out, output); the group is killed on a timeout,
+    and what left it (it could hold the output open)."""
     data = stdin.encode("utf-8") if stdin is not None else None
     try:
         output, _ = proc.communicate(data, timeout=timeout)
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
         kill_group(proc)
+        finished(argv)
         output, _ = proc.communicate()
         code = None
     return code, (output or b"").decode("utf-8", errors="replace")

@@ -12,6 +12,10 @@ SPEC is JSON; its "mode" says how much is left to do:
   (so the command holds no capability over these mounts and cannot undo them) and waits:
   when the command ends, this process ends, and the kernel kills whatever the command left
   in the namespace, `setsid` daemons included.
+- "separate-user": kfbot is root and no namespace could be made. Start the command as the
+  unused uid and gid in SPEC (no supplementary groups, no new privileges), wait for it,
+  then kill every process of that uid (`setsid` daemons included).
+- "kill": kill every process of the uid in SPEC, from a process that takes that uid.
 
 A setup step that fails exits with 125 and one line on stderr. A command killed by signal N
 is reported as exit status 128 + N, as a shell does.
@@ -24,7 +28,10 @@ import errno
 import json
 import os
 import resource
+import signal
 import sys
+import threading
+import time
 from typing import Any
 
 SETUP_FAILED = 125
@@ -37,6 +44,10 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 CLONE_NEWUSER = 0x10000000
+PR_SET_NO_NEW_PRIVS = 38
+_KILL_ROUNDS = 10_000
+# How soon a command whose kfbot died is killed (its own end is seen at once).
+_ORPHAN_CHECK_S = 0.5
 # The flags of a mount that a bind remount must repeat (statvfs reports them with the same
 # values); leaving out one that the outer namespace locked makes the kernel refuse.
 _KEPT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # noatime, nodiratime, relatime
@@ -58,9 +69,16 @@ def main(argv: list[str]) -> None:
     command = argv[2:]
     try:
         if spec["mode"] == "unshare":
+            # Opened while /proc is still the machine's: kfbot is out of sight after.
+            kfbot = os.open(f"/proc/{int(spec['parent'])}", os.O_RDONLY | os.O_DIRECTORY)
             build_namespace(spec)
-            code = run_as_init(spec, command)
+            code = run_as_init(spec, command, kfbot)
             os._exit(code)
+        if spec["mode"] == "separate-user":
+            os._exit(run_as_user(spec, command))
+        if spec["mode"] == "kill":
+            kill_user(int(spec["uid"]))
+            os._exit(0)
         limit(spec)
     except (SetupError, OSError) as exc:
         sys.stderr.write(f"kfbot sandbox: {exc}\n")
@@ -86,10 +104,14 @@ def start(spec: dict[str, Any], command: list[str]) -> None:
         os._exit(127)
 
 
-def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
-    """Start the command and reap every process until it ends; its status."""
+def run_as_init(spec: dict[str, Any], command: list[str], kfbot: int) -> int:
+    """Start the command and reap every process until it ends; its status. Should kfbot
+    (whose /proc folder `kfbot` is) die first, this init ends, and the kernel kills
+    every process of the namespace with it: `unshare --kill-child` acts only when
+    `unshare` dies, and nothing kills `unshare` when kfbot does."""
     child = os.fork()
     if child == 0:
+        os.close(kfbot)
         try:
             os.setsid()
             drop_privileges(int(spec["uid"]), int(spec["gid"]))
@@ -98,7 +120,10 @@ def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
             sys.stderr.write(f"kfbot sandbox: {exc}\n")
             os._exit(SETUP_FAILED)
         start(spec, command)
-    os.closerange(3, 1 << 16)  # the command's pipes must close when the command does
+    # The command's pipes must close when the command does.
+    os.closerange(3, kfbot)
+    os.closerange(kfbot + 1, 1 << 16)
+    threading.Thread(target=_end_with, args=(kfbot,), daemon=True).start()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -111,6 +136,23 @@ def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
             return 128 - code if code < 0 else code
 
 
+def _end_with(kfbot: int) -> None:
+    """End this process (the namespace's init) once the process whose /proc folder is
+    `kfbot` has exited (its folder empty, or it a zombie)."""
+    while True:
+        time.sleep(_ORPHAN_CHECK_S)
+        try:
+            fd = os.open("stat", os.O_RDONLY, dir_fd=kfbot)
+            try:
+                state = os.read(fd, 4096).rsplit(b")", 1)[-1].split()[:1]
+            finally:
+                os.close(fd)
+        except OSError:
+            state = []
+        if state in ([], [b"Z"], [b"X"]):
+            os._exit(SETUP_FAILED)
+
+
 def drop_privileges(uid: int, gid: int) -> None:
     """Enter a nested user namespace where the caller's own ids are mapped back: the
     command then holds no capability over the mounts made here, which stay as they are."""
@@ -119,6 +161,95 @@ def drop_privileges(uid: int, gid: int) -> None:
     _write("/proc/self/uid_map", f"{uid} 0 1\n")
     _write("/proc/self/setgroups", "deny\n")
     _write("/proc/self/gid_map", f"{gid} 0 1\n")
+
+
+# ---- a separate user (separate-user and kill modes) -------------------------------------
+
+
+def run_as_user(spec: dict[str, Any], command: list[str]) -> int:
+    """Start the command as the spec's uid and wait for it; then kill all that uid runs."""
+    uid = int(spec["uid"])
+    # Held until the wait, so that the command's end is never missed (and unblocked in it).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    child = os.fork()
+    if child == 0:
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            become(uid, int(spec["gid"]))
+            os.umask(int(spec["umask"]))  # what it writes, the next command may change
+            limit(spec)
+        except OSError as exc:
+            sys.stderr.write(f"kfbot sandbox: {exc}\n")
+            os._exit(SETUP_FAILED)
+        start(spec, command)
+    os.closerange(3, 1 << 16)  # the command's pipes must close when the command does
+    status = _wait_while_kfbot_lives(child, uid, int(spec["parent"]))
+    _kill_user_from_child(uid)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _wait_while_kfbot_lives(child: int, uid: int, kfbot: int) -> int:
+    """The command's wait status. No namespace ends with kfbot here: should kfbot die
+    first (killed outright, so no exit handler of its own runs), every process of the
+    uid is killed then."""
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid == child:
+            return status
+        if os.getppid() != kfbot:  # re-parented: kfbot is gone
+            _kill_user_from_child(uid)
+            return os.waitpid(child, 0)[1]
+        signal.sigtimedwait({signal.SIGCHLD}, _ORPHAN_CHECK_S)
+
+
+def _kill_user_from_child(uid: int) -> None:
+    killer = os.fork()
+    if killer == 0:
+        kill_user(uid)
+        os._exit(0)
+    os.waitpid(killer, 0)
+
+
+def become(uid: int, gid: int) -> None:
+    """Take `uid` and `gid` for good, with no other group and no way to gain privileges
+    (a set-user-ID program runs as the caller)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _os_error("prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def kill_user(uid: int) -> None:
+    """As `uid`, signal every process it may (all of that uid) until none is left alive.
+    `kill(-1)` spares the caller; zombies are left to whoever reaps them."""
+    become(uid, uid)
+    me = os.getpid()
+    for _ in range(_KILL_ROUNDS):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        if not _alive(uid, me):
+            return
+        time.sleep(0.01)
+
+
+def _alive(uid: int, me: int) -> bool:
+    """Whether a process of `uid` other than `me` is still running (not a zombie)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="utf-8", errors="replace") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if int(fields.get("Uid", "-1 -1").split()[0]) == uid and \
+                not fields.get("State", "").strip().startswith(("Z", "X")):
+            return True
+    return False
 
 
 # ---- the mounts (unshare mode) ----------------------------------------------------------

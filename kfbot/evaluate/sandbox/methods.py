@@ -1,7 +1,9 @@
-"""The ways kfbot can put a process in its own PID and mount namespaces, tried in order:
-bubblewrap, then `unshare` with a user namespace. `detect()` tries each on a harmless
-command and returns a `Sandbox`: the one that works, with what was tried before it and
-why that failed, or method "none" with every reason.
+"""The ways kfbot can confine a process, tried in order: its own PID and mount namespaces
+made by bubblewrap, then by `unshare` with a user namespace, then (only when kfbot runs
+as root) a separate unprivileged user (`separate_user`). `detect()` tries each on a
+harmless command and returns a `Sandbox`: the one that works, with what was tried before
+it and why that failed, or method "none" with every reason. An operator can name the one
+method to use in `KFBOT_SANDBOX`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from kfbot.evaluate.sandbox import separate_user
 from kfbot.evaluate.sandbox.view import HIDDEN, View
 
-Method = Literal["bwrap", "unshare", "none"]
+Method = Literal["bwrap", "unshare", "separate-user", "none"]
+METHODS: tuple[Method, ...] = ("bwrap", "unshare", "separate-user")
+CHOICE_VARIABLE = "KFBOT_SANDBOX"
 
 LAUNCHER = str(Path(__file__).resolve().with_name("launch.py"))
 # The disk a sandboxed process may fill: its private /tmp and /dev/shm live in memory
@@ -37,7 +42,11 @@ INSTALL = {
                "user.max_user_namespaces > 0; on Ubuntu 24.04 also "
                "kernel.apparmor_restrict_unprivileged_userns=0), or run in a container "
                "started with a seccomp profile that permits unshare",
+    "separate-user": "run kfbot as root (a container, a dedicated runner) with its "
+                     "Python environment writable by root only, so that the code runs as "
+                     "a user of its own",
 }
+_LABELS = {"separate-user": "separate user"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class Attempt:
     problem: str
 
     def line(self) -> str:
-        return f"{self.method}: {self.problem}"
+        return f"{_LABELS.get(self.method, self.method)}: {self.problem}"
 
 
 @dataclass(frozen=True)
@@ -67,11 +76,15 @@ class Sandbox:
         """`argv` as it runs inside the sandbox, seeing `view`."""
         if self.tool is None:
             return list(argv)
+        if self.method == "separate-user":
+            lent = separate_user.lease(view)
+            return [*_launch(separate_user.spec(lent, view, FILE_BYTES)), *argv]
         spec = {"mode": self.method, "cwd": view.cwd, "file_bytes": FILE_BYTES,
                 "env": {"TMPDIR": "/tmp"}}
         if self.method == "bwrap":
             return [*_bwrap(self.tool, view), *_launch(spec), *argv]
-        spec.update({"uid": os.getuid(), "gid": os.getgid(), "tmp_bytes": TMP_BYTES,
+        spec.update({"uid": os.getuid(), "gid": os.getgid(), "parent": os.getpid(),
+                     "tmp_bytes": TMP_BYTES,
                      "shm_bytes": SHM_BYTES, "hide": list(HIDDEN), "devices": gpu_devices(),
                      "binds": [list(b) for b in view.binds]})
         return [self.tool, "--user", "--map-root-user", "--mount", "--pid", "--fork",
@@ -81,8 +94,18 @@ class Sandbox:
         """The command's own exit status: negative for a signal, as subprocess gives it."""
         return 128 - code if self.tool is not None and code in _SIGNALLED else code
 
+    def finished(self, argv: Sequence[str]) -> None:
+        """After a command made by `command` ended or was killed: kill what it left (a
+        namespace's end does that by itself; a separate user's processes must be)."""
+        if self.method == "separate-user":
+            uid = separate_user.lease_of(argv)
+            if uid is not None:
+                separate_user.release(uid)
+
     def summary(self) -> str:
         """One line: what is used, or what was tried."""
+        if self.method == "separate-user":
+            return "sandbox: separate-user (a fresh unprivileged uid per command)"
         if self.available:
             return f"sandbox: {self.method} ({self.tool})"
         return "no sandbox: " + "; ".join(a.line() for a in self.failed)
@@ -93,12 +116,13 @@ class Sandbox:
 
 
 def detect() -> Sandbox:
-    """The first method that runs a command here, with why each before it failed."""
+    """The first method that runs a command here, with why each before it failed; only
+    the one named in `KFBOT_SANDBOX` where that is set."""
     failed: list[Attempt] = []
-    for method in ("bwrap", "unshare"):
-        tool = shutil.which(method)
+    for method in chosen():
+        tool, problem = _tool(method)
         if tool is None:
-            failed.append(Attempt(method, f"`{method}` is not on PATH"))
+            failed.append(Attempt(method, problem or "cannot be used"))
             continue
         box = Sandbox(method, tool, tuple(failed))
         problem = _probe(box)
@@ -106,6 +130,28 @@ def detect() -> Sandbox:
             return box
         failed.append(Attempt(method, problem))
     return Sandbox("none", None, tuple(failed))
+
+
+def chosen() -> tuple[Method, ...]:
+    """The methods to try: all, or those an operator named (comma-separated, in that
+    order). Raises ValueError for a name that is not a method."""
+    names = [n.strip() for n in os.environ.get(CHOICE_VARIABLE, "").split(",") if n.strip()]
+    if not names:
+        return METHODS
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ValueError(f"{CHOICE_VARIABLE}={','.join(names)!r}: {', '.join(unknown)} names "
+                         f"no sandbox; use one or more of {', '.join(METHODS)}")
+    return tuple(m for n in names for m in METHODS if m == n)
+
+
+def _tool(method: Method) -> tuple[str | None, str | None]:
+    """The program that makes `method`'s sandbox, or why there is none."""
+    if method == "separate-user":
+        problem = separate_user.problem()
+        return (None, problem) if problem else (LAUNCHER, None)
+    tool = shutil.which(method)
+    return (tool, None) if tool else (None, f"`{method}` is not on PATH")
 
 
 def gpu_devices() -> list[str]:
@@ -116,12 +162,15 @@ def gpu_devices() -> list[str]:
 def _probe(box: Sandbox) -> str | None:
     """Why `box` cannot run a command here, or None when it can."""
     probe = [sys.executable, "-I", "-S", "-c", "import os; os.listdir('/proc/1')"]
-    command = box.command(probe, View.of("/"))
+    command: list[str] = []
     try:
+        command = box.command(probe, View.of("/"))
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=_PROBE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{box.tool} could not be started: {exc}"
+    finally:
+        box.finished(command)
     if done.returncode == 0:
         return None
     said = done.stderr.decode(errors="replace").strip().splitlines()

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from kfbot.errors import EXIT_MISSING_TOOL, KfbotError
+from kfbot.errors import EXIT_MISSING_TOOL, EXIT_USAGE, KfbotError
 from kfbot.evaluate.sandbox.environment import is_secret_name
 from kfbot.evaluate.sandbox.methods import Sandbox, detect
 from kfbot.evaluate.sandbox.view import View
@@ -57,11 +57,15 @@ def _names_a_path(value: str) -> bool:
 
 
 def sandbox() -> Sandbox:
-    """The sandbox of this machine, found on first use."""
+    """The sandbox of this machine, found on first use. Raises KfbotError where
+    `KFBOT_SANDBOX` names no method."""
     global _found
     with _lock:
         if _found is None:
-            _found = detect()
+            try:
+                _found = detect()
+            except ValueError as exc:
+                raise KfbotError(str(exc), EXIT_USAGE) from None
         return _found
 
 
@@ -78,6 +82,12 @@ def confined(argv: Sequence[str], cwd: str | Path, writable: Iterable[str | Path
         _unconfined(box)
         return list(argv)
     return box.command(argv, View.of(cwd, writable, readable, argv, env))
+
+
+def finished(argv: Sequence[str]) -> None:
+    """Call once the command `confined` made has ended or been killed (and reaped):
+    whatever it left running is killed, where the sandbox does not do that itself."""
+    sandbox().finished(argv)
 
 
 def exit_code(code: int) -> int:

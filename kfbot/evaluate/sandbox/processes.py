@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfbot.evaluate.sandbox.policy import confined, exit_code
+from kfbot.evaluate.sandbox.policy import confined, exit_code, finished
 
 TAIL_BYTES = 8 * 1024
 OUTPUT_CAP_BYTES = 64 * 1024 * 1024
@@ -83,6 +83,7 @@ def run_process(
         finally:
             kill_group(proc)  # also on an interrupt: nothing runs on unattended
             proc.wait()
+            finished(argv)  # what left the group (a separate user's setsid daemons)
     seconds = time.monotonic() - started
     return Ran(exit_code(proc.returncode), timed_out, flooded, tail(log), seconds, output_cap)
 

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from kfbot.errors import KfbotError
 from kfbot.evaluate.model import Diagnostic
 from kfbot.evaluate.sandbox import confined, exit_code, python_module, untrusted_env
+from kfbot.evaluate.sandbox.policy import finished
 from kfbot.evaluate.sandbox.processes import has_exited, kill_group
 from kfbot.evaluate.worker.main import (
     HEADER,
@@ -190,6 +191,7 @@ class _Child:
     requests_fd: int
     results_fd: int
     output_fd: int
+    argv: list[str] = field(default_factory=list)  # as confined: what `finished` needs
     reader: _FrameReader = field(default_factory=_FrameReader)
 
 
@@ -357,7 +359,7 @@ class WorkerSession:
             os.close(results_w)
         os.set_blocking(requests_w, False)
         os.set_blocking(results_r, False)
-        return _Child(proc, requests_w, results_r, output_fd)
+        return _Child(proc, requests_w, results_r, output_fd, command)
 
     def _ready_child(self) -> _Child | JobResult:
         """The live child, started if needed; a startup failure comes back as a result."""
@@ -414,6 +416,7 @@ class WorkerSession:
         # A process stuck in the kernel cannot be helped from here; stop waiting for it.
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.proc.wait(timeout=_REAP_TIMEOUT_S)
+        finished(child.argv)  # what left the group (a separate user's setsid daemons)
         os.close(child.results_fd)
         os.close(child.output_fd)
 
