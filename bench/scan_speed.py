@@ -833,7 +833,7 @@ class Phases:
 
     def measure_rest(self, root: Path, repeat: int) -> None:
         from kfbot.scan.files import source_kind
-        from kfbot.scan.render import write_json
+        from kfbot.scan.show.render import write_json
 
         paths = sorted(str(p) for p in root.rglob("*") if p.is_file() and source_kind(p.name))
         for _ in range(repeat):
@@ -852,7 +852,7 @@ class Phases:
             return
         read, link, out, parse = (min(x) for x in (self.read, self.link, self.json,
                                                    self.parse))
-        from kfbot.scan.render import FORK_KERNELS
+        from kfbot.scan.show.render import FORK_KERNELS
 
         # A large report's JSON is written half by a forked child, half by the scan.
         forked = self.report_made is not None and len(self.report_made.kernels) >= FORK_KERNELS

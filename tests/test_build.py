@@ -31,7 +31,7 @@ from kfbot.evaluate.build import (
 from kfbot.evaluate.build.diagnostics import parse_ptxas_resources
 from kfbot.evaluate.candidate import Candidate
 from kfbot.scan.model import BuildRecipe
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 ELEMENTWISE = FIXTURES / "load_elementwise"

@@ -14,10 +14,10 @@ import pytest
 
 from kfbot.cli import main
 from kfbot.config import Config
-from kfbot.scan import render
-from kfbot.scan.forked import Forked
-from kfbot.scan.json_text import JsonText, dumps_indented
 from kfbot.scan.scanner import scan
+from kfbot.scan.show import render
+from kfbot.scan.show.forked import Forked
+from kfbot.scan.show.json_text import JsonText, dumps_indented
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

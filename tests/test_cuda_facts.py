@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kfbot.scan.cuda_facts import extract_cuda_facts
+from kfbot.scan.cuda.facts import extract_cuda_facts
 
 TEMPLATED = b"""\
 #include "common.cuh"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kfbot.config import Config
-from kfbot.scan.cuda_facts import extract_cuda_facts
-from kfbot.scan.cuda_macros import split_args, substitute
+from kfbot.scan.cuda.facts import extract_cuda_facts
+from kfbot.scan.cuda.macros import split_args, substitute
 from kfbot.scan.model import Kernel, MacroDef, ScanReport
 from kfbot.scan.scanner import scan
 

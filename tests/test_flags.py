@@ -1,8 +1,8 @@
-"""Compiler settings as genes (kfbot/search/mutators/flags.py, kfbot/scan/flag_edit.py): proposed
-as one-gene changes of the build file's nvcc list, combined with the parent's kernel
-edits, read back by the engine's builds, checked as flags rather than as a file edit
-(fast math a finding, a -D an edit outside the task), and committed as a change of the
-build file the patch shows."""
+"""Compiler settings as genes (kfbot/search/mutators/flags.py,
+kfbot/scan/python/flag_edit.py): proposed as one-gene changes of the build file's nvcc
+list, combined with the parent's kernel edits, read back by the engine's builds, checked
+as flags rather than as a file edit (fast math a finding, a -D an edit outside the
+task), and committed as a change of the build file the patch shows."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from kfbot.evaluate.candidate import ORIGINAL, Candidate
 from kfbot.evaluate.evaluation import Evaluation, shape_timings
 from kfbot.evaluate.sources import recipe_for, static_input
 from kfbot.evaluate.task import KernelTask, make_task
-from kfbot.scan.flag_edit import flag_list, flags_only_change, with_values
+from kfbot.scan.python.flag_edit import flag_list, flags_only_change, with_values
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
 from kfbot.search.mutators.flags import flag_space, propose_flags, render, state_of

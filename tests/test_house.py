@@ -35,6 +35,7 @@ TOP = frozenset({"kfbot.cli", "kfbot.__main__"})
 SUB_FLOORS = {
     "kfbot.evaluate": ("sandbox", "verdict", "worker", "capture", "build", "baseline", "inputs",
                        "reference", "device", "observe", "reproduce"),
+    "kfbot.scan": ("cuda", "python", "link", "show"),
     "kfbot.search": ("evolution", "rewrites", "executors", "outcome", "mutators"),
 }
 

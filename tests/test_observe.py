@@ -24,12 +24,12 @@ from kfbot.evaluate.capture.signature import OpRef
 from kfbot.evaluate.observe.mutants import NoMutant, silent
 from kfbot.evaluate.observe.names import ANONYMOUS, match, parse
 from kfbot.evaluate.observe.observer import _outcomes, op_refs, script_targets
-from kfbot.scan.explain import explain
 from kfbot.scan.model import BuildRecipe, Observations, ObservedTest, ScanReport, evolve
 from kfbot.scan.observed import from_json, load, save, state_key, to_json, with_observations
-from kfbot.scan.render import json_text
 from kfbot.scan.scanner import scan
 from kfbot.scan.select import select_kernel
+from kfbot.scan.show.explain import explain
+from kfbot.scan.show.render import json_text
 from tests.cuda_compile import NVCC, compile_all
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kfbot.config import Config
 from kfbot.scan.model import Kernel, ScanReport
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
 from kfbot.scan.scanner import scan
 
 KERNELS = """\

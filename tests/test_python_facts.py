@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import pytest
 
 from kfbot.scan.model import BuildRecipe, InlineSource, PyFileFacts, ReferenceTest
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
 
 
 def _facts(source: str, path: str = "pkg/mod.py",

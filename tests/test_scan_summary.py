@@ -18,7 +18,7 @@ import yaml
 from kfbot.cli import main
 from kfbot.config import Config, load_config
 from kfbot.scan.scanner import scan
-from kfbot.scan.summary import NO_REFERENCE, NOT_BOUND, NOT_BUILT, readiness, summary_lines
+from kfbot.scan.show.summary import NO_REFERENCE, NOT_BOUND, NOT_BUILT, readiness, summary_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

@@ -16,12 +16,12 @@ from kfbot.commands.observing import add_observe_arguments, observed
 from kfbot.commands.options import add_config_argument, add_format_arguments, add_repo_argument
 from kfbot.config import Config, load_config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK, KfbotError
-from kfbot.scan.explain import explain
 from kfbot.scan.facts_cache import warm
 from kfbot.scan.model import ScanReport
-from kfbot.scan.render import print_table, to_markdown, write_json
 from kfbot.scan.scanner import paused_gc, scan
 from kfbot.scan.select import select_kernel
+from kfbot.scan.show.explain import explain
+from kfbot.scan.show.render import print_table, to_markdown, write_json
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from kfbot.anticheat.units import Source, StaticInput
 from kfbot.evaluate.candidate import NVCC_FLAGS_PARAM, Candidate, nvcc_flags
 from kfbot.evaluate.task import KernelTask
-from kfbot.scan.cuda_facts import extract_cuda_facts
-from kfbot.scan.flag_edit import FlagList, flag_list, flags_only_change
+from kfbot.scan.cuda.facts import extract_cuda_facts
 from kfbot.scan.model import BuildRecipe
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
+from kfbot.scan.python.flag_edit import FlagList, flag_list, flags_only_change
 
 CXX_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl")
 
@@ -86,7 +86,7 @@ def _recipe_after(task: KernelTask, files: Mapping[str, str]) -> BuildRecipe:
 
 def recipe_for(task: KernelTask, files: Mapping[str, str]) -> BuildRecipe:
     """The task's build with the nvcc flags of the candidate's build file, where the
-    candidate changed the flag list of the build call (see `kfbot.scan.flag_edit`)."""
+    candidate changed the flag list of the build call (see `kfbot.scan.python.flag_edit`)."""
     recipe = task.build
     if recipe.file not in files or not recipe.file.endswith(".py"):
         return recipe

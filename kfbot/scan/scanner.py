@@ -15,15 +15,15 @@ from pathlib import Path
 
 from kfbot.config import Config
 from kfbot.errors import EXIT_USAGE, KfbotError
-from kfbot.scan.assemble import assemble
 from kfbot.scan.build_toml import read_build_toml
-from kfbot.scan.cuda_facts import compile_queries, extract_cuda_facts
+from kfbot.scan.cuda.facts import compile_queries, extract_cuda_facts
 from kfbot.scan.facts_cache import FileResult, cached_extract
 from kfbot.scan.files import Inventory, SourceFile, collect, source_kind
-from kfbot.scan.link import Linker
+from kfbot.scan.link.assemble import assemble
+from kfbot.scan.link.join import Linker
+from kfbot.scan.link.pairing import summarised
 from kfbot.scan.model import CudaFileFacts, Problem, PyFileFacts, ScanReport
-from kfbot.scan.pairing import summarised
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
 from kfbot.scan.tasks import apply_tasks
 
 MAX_FILE_BYTES = 16 * 1024 * 1024

@@ -22,7 +22,7 @@ import torch
 from kfbot.evaluate.verdict.compare import dtype_name
 
 # The comparisons that broadcast, and those that also promote dtypes, by the names the
-# scan gives them (`kfbot.scan.py_compare`).
+# scan gives them (`kfbot.scan.python.compare`).
 _BROADCAST = frozenset({"torch.allclose", "torch.isclose", "numpy.allclose",
                         "numpy.testing.assert_allclose", "numpy.testing.assert_almost_equal",
                         "numpy.testing.assert_array_almost_equal", "abs-max-diff"})

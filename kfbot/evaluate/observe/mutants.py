@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kfbot.scan import treesitter as tsx
 from kfbot.scan.model import Kernel
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
 
 SILENT_BODY = "{ /* kfbot mutant: this kernel writes nothing */ }"
 _KERNELS = '(function_definition "__global__") @fn'

@@ -8,8 +8,8 @@ from kfbot.config import Config
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.github.action_io import Annotation, Level, Result
 from kfbot.scan.model import ScanReport
-from kfbot.scan.render import to_markdown
 from kfbot.scan.scanner import scan
+from kfbot.scan.show.render import to_markdown
 
 
 def scan_result(config: Config, root: Path, only: set[str] | None = None) -> Result:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kfbot.evaluate.candidate import Candidate
 from kfbot.evaluate.task import KernelTask
-from kfbot.scan.flag_edit import FlagList, flag_list, with_values
+from kfbot.scan.python.flag_edit import FlagList, flag_list, with_values
 from kfbot.search.rewrites.fastmath import INTRINSICS, allowed
 from kfbot.search.rewrites.syntax import Target
 from kfbot.text import read_source

@@ -15,7 +15,7 @@ from typing import Literal
 
 from kfbot.evaluate.build.registrations import parse
 from kfbot.scan import treesitter as tsx
-from kfbot.scan.cuda_syntax import declarator_name
+from kfbot.scan.cuda.syntax import declarator_name
 
 Node = tsx.Node
 Kind = Literal["function", "prototype", "type", "variable", "macro", "include", "other"]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kfbot.scan.model import BuildRecipe, InlineSource
-from kfbot.scan.python_facts import extract_python_facts
+from kfbot.scan.python.facts import extract_python_facts
 from kfbot.text import read_source
 
 

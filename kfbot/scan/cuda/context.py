@@ -1,8 +1,8 @@
 """What the per-file CUDA readers may ask of the file being read: one Protocol.
 
-`cuda_facts.Ctx` builds the lookups once per file (one multi-pattern query, function
-and scope ranges) and hands itself to `cuda_bindings`, `cuda_calls` and `cuda_macros`.
-They name it through this Protocol rather than by importing `cuda_facts`, which
+`facts.Ctx` builds the lookups once per file (one multi-pattern query, function
+and scope ranges) and hands itself to `bindings`, `calls` and `macros`.
+They name it through this Protocol rather than by importing `facts`, which
 imports them: the readers sit below the module that composes them.
 """
 
@@ -14,7 +14,7 @@ from kfbot.scan.treesitter import Node
 
 
 class FileContext(Protocol):
-    """One parsed CUDA/C++ file and its lookups (implemented by `cuda_facts.Ctx`)."""
+    """One parsed CUDA/C++ file and its lookups (implemented by `facts.Ctx`)."""
 
     file: str
     # The query pattern of a call, whose matches the readers take from the file's query.

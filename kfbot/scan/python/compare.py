@@ -14,8 +14,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from kfbot.scan.py_scopes import Scope, ScopeIndex
-from kfbot.scan.py_syntax import head_name
+from kfbot.scan.python.scopes import Scope, ScopeIndex
+from kfbot.scan.python.syntax import head_name
 
 _COMPARE_FUNCS = frozenset({
     "torch.testing.assert_close", "torch.testing.assert_allclose", "torch.allclose",

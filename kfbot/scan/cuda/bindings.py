@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 
 from kfbot.scan import treesitter as tsx
-from kfbot.scan.cuda_context import FileContext
-from kfbot.scan.cuda_syntax import (
+from kfbot.scan.cuda.context import FileContext
+from kfbot.scan.cuda.syntax import (
     NAME_TYPES,
     compact,
     param_decls,

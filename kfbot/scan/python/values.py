@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kfbot.scan.model import Problem
-from kfbot.scan.py_scopes import MAX_DEPTH, MAX_ITEMS, Scope, ScopeIndex, World
-from kfbot.scan.py_syntax import as_written
+from kfbot.scan.python.scopes import MAX_DEPTH, MAX_ITEMS, Scope, ScopeIndex, World
+from kfbot.scan.python.syntax import as_written
 
 # `__file__` evaluates to a path under this marker so that paths built from it come out
 # repo-relative; a NUL byte cannot occur in a real path.

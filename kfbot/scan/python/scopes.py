@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Literal
 
-from kfbot.scan.py_syntax import dotted_endswith, dotted_name, known
+from kfbot.scan.python.syntax import dotted_endswith, dotted_name, known
 
 MAX_DEPTH = 8  # how many assignments a name is followed through
 MAX_ITEMS = 256  # list elements read from one expression

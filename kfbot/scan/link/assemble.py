@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from kfbot.scan.cuda_facts import NUMBER
-from kfbot.scan.dispatch import dispatches
-from kfbot.scan.kernel_paths import BoundPath, Reach
-from kfbot.scan.link import Linker, inline_bindings, torch_extension_module
+from kfbot.scan.cuda.facts import NUMBER
+from kfbot.scan.link.dispatch import dispatches
+from kfbot.scan.link.join import Linker, inline_bindings, torch_extension_module
+from kfbot.scan.link.kernel_paths import BoundPath, Reach
+from kfbot.scan.link.pairing import attach_references
 from kfbot.scan.model import (
     Binding,
     BuildRecipe,
@@ -18,7 +19,6 @@ from kfbot.scan.model import (
     LaunchSite,
     Tunable,
 )
-from kfbot.scan.pairing import attach_references
 
 
 def assemble(linker: Linker) -> list[Kernel]:

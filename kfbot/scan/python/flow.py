@@ -23,9 +23,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kfbot.scan.py_scopes import MAX_DEPTH, Bind, Scope, ScopeIndex
-from kfbot.scan.py_syntax import as_written, clip
-from kfbot.scan.py_values import Evaluator
+from kfbot.scan.python.scopes import MAX_DEPTH, Bind, Scope, ScopeIndex
+from kfbot.scan.python.syntax import as_written, clip
+from kfbot.scan.python.values import Evaluator
 
 Item = tuple[ast.expr, Scope]
 Note = Callable[[int, str], None]

@@ -4,7 +4,7 @@ A test calls `fusedact.fused_gelu`; `fusedact/__init__.py` imports it from
 `.functional`; there `fused_gelu` calls `._autograd.GeluFunction.apply`, whose
 `forward` calls `fusedact._C.gelu_fwd`, and `fusedact._C` is the extension `setup.py`
 builds: the op is `gelu_fwd` of module `fusedact._C`. Each step is a `PySymbol` that a
-file offers (`py_modules`); a path ends at an op when it names `torch.ops.<ns>.<op>`,
+file offers (`modules`); a path ends at an op when it names `torch.ops.<ns>.<op>`,
 an attribute of a module the repository builds (a setup.py or load() extension, a
 pybind11 module, a kernel-builder package's generated `_ops`), or of a variable holding
 such a module.
@@ -22,8 +22,8 @@ import posixpath
 from dataclasses import dataclass, field
 
 from kfbot.scan.model import BuildRecipe, Problem, PyFileFacts, PySymbol, Step
-from kfbot.scan.py_benchmarks import KERNEL_PACKAGE
-from kfbot.scan.py_ops import WELL_KNOWN
+from kfbot.scan.python.benchmarks import KERNEL_PACKAGE
+from kfbot.scan.python.ops import WELL_KNOWN
 
 MAX_DEPTH = 12  # symbols followed from a test's call
 

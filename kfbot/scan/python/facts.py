@@ -6,11 +6,11 @@ a bound op and compares its result with a pure-PyTorch computation. Names are fo
 through simple assignments, loops, `pytest.mark.parametrize` and fixtures of the same file;
 what cannot be read statically is kept as written and noted as an info Problem.
 
-The work is shared by the `py_*` modules of this package: `py_scopes` indexes the file,
-`py_values` evaluates expressions and paths, `py_builds` and `py_inline` read builds,
-`py_ops` finds calls into extensions, `py_compare`, `py_inputs` and `py_references`
-find the reference tests and `py_modules` summarises what the file offers to files that
-import it (`py_syntax` holds small helpers on syntax nodes). This module wires them
+The work is shared by the modules of this package: `scopes` indexes the file,
+`values` evaluates expressions and paths, `builds` and `inline` read builds,
+`ops` finds calls into extensions, `compare`, `inputs` and `references`
+find the reference tests and `modules` summarises what the file offers to files that
+import it (`syntax` holds small helpers on syntax nodes). This module wires them
 together for one file.
 """
 
@@ -22,17 +22,17 @@ import warnings
 from collections.abc import Callable
 
 from kfbot.scan.model import BuildRecipe, Problem, PyFileFacts
-from kfbot.scan.py_benchmarks import framework_references
-from kfbot.scan.py_builds import BuildReader
-from kfbot.scan.py_compare import CompareFinder
-from kfbot.scan.py_flow import import_effects
-from kfbot.scan.py_inline import InlineReader
-from kfbot.scan.py_inputs import InputReader
-from kfbot.scan.py_modules import Paths, SymbolReader
-from kfbot.scan.py_ops import OpFinder
-from kfbot.scan.py_references import ReferenceFinder
-from kfbot.scan.py_scopes import ScopeIndex
-from kfbot.scan.py_values import Evaluator
+from kfbot.scan.python.benchmarks import framework_references
+from kfbot.scan.python.builds import BuildReader
+from kfbot.scan.python.compare import CompareFinder
+from kfbot.scan.python.flow import import_effects
+from kfbot.scan.python.inline import InlineReader
+from kfbot.scan.python.inputs import InputReader
+from kfbot.scan.python.modules import Paths, SymbolReader
+from kfbot.scan.python.ops import OpFinder
+from kfbot.scan.python.references import ReferenceFinder
+from kfbot.scan.python.scopes import ScopeIndex
+from kfbot.scan.python.values import Evaluator
 
 # A file with none of these can hold neither a build nor a comparison this module
 # recognises (a bare `load` comes from `cpp_extension`); skipping it without parsing

@@ -5,7 +5,7 @@ a `load`/`load_inline` result, an import of the repository's own extension, or a
 function, lambda, module or autograd Function (one level deep) that calls one. A call
 of something imported from the repository's own Python code (a package's wrapper, a
 class, a `functools.partial` of one) is an op candidate too: it keeps the import path
-it calls (`Op.target`), which `py_graph` follows through the repository's modules once
+it calls (`Op.target`), which `graph` follows through the repository's modules once
 every file is read. A method called on a call's result (`op(x).float()`) is never the
 op: the op is the inner call.
 """
@@ -18,11 +18,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kfbot.scan.py_builds import BuildReader
-from kfbot.scan.py_modules import GET_KERNEL, Paths, hub_package
-from kfbot.scan.py_scopes import Bind, Scope, ScopeIndex
-from kfbot.scan.py_syntax import as_written, dotted_name, head_name
-from kfbot.scan.py_values import Evaluator
+from kfbot.scan.python.builds import BuildReader
+from kfbot.scan.python.modules import GET_KERNEL, Paths, hub_package
+from kfbot.scan.python.scopes import Bind, Scope, ScopeIndex
+from kfbot.scan.python.syntax import as_written, dotted_name, head_name
+from kfbot.scan.python.values import Evaluator
 
 # Imports from these are never the repository's own extension.
 WELL_KNOWN = frozenset({

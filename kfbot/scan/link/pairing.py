@@ -1,7 +1,7 @@
 """Pair each reference test with the kernels its op reaches, and say why or why not.
 
 A test that calls the repository's own Python code (`ReferenceTest.target`) is followed
-through the modules (`py_graph`) to the ops it reaches, and each op to the bindings of
+through the modules (`graph`) to the ops it reaches, and each op to the bindings of
 that name in that module; only where the call never leads into the repository's Python
 code is an op matched by its name alone, at a lower confidence. Every pairing keeps the
 whole chain, test to kernel: the Python steps, then the binding's path of calls down to
@@ -17,10 +17,10 @@ import posixpath
 from collections import defaultdict
 from collections.abc import Iterable
 
-from kfbot.scan.kernel_paths import BoundPath
-from kfbot.scan.link import Linker, match_reference, module_names
+from kfbot.scan.link.join import Linker, match_reference, module_names
+from kfbot.scan.link.kernel_paths import BoundPath
 from kfbot.scan.model import Binding, Kernel, ReferenceTest, Step, evolve
-from kfbot.scan.py_graph import PyGraph
+from kfbot.scan.python.graph import PyGraph
 
 Candidates = dict[str, list[tuple[Binding, set[str]]]]
 Pair = tuple[Binding, ReferenceTest, tuple[Step, ...]]

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kfbot.scan.model import ReferenceTest
-from kfbot.scan.py_compare import Cmp, CompareFinder
-from kfbot.scan.py_inputs import TENSOR_WRAPPERS, InputReader
-from kfbot.scan.py_ops import REFERENCE_NAME, WELL_KNOWN, Op, OpFinder
-from kfbot.scan.py_scopes import MAX_DEPTH, Scope, ScopeIndex
-from kfbot.scan.py_syntax import as_written, clip, dotted_name, head_name
+from kfbot.scan.python.compare import Cmp, CompareFinder
+from kfbot.scan.python.inputs import TENSOR_WRAPPERS, InputReader
+from kfbot.scan.python.ops import REFERENCE_NAME, WELL_KNOWN, Op, OpFinder
+from kfbot.scan.python.scopes import MAX_DEPTH, Scope, ScopeIndex
+from kfbot.scan.python.syntax import as_written, clip, dotted_name, head_name
 
 # Calls into these count as a pure reference computation.
 _REFERENCE_LIBS = frozenset({"torch", "numpy", "math", "einops", "scipy"})

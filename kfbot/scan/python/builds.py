@@ -1,8 +1,8 @@
 """Extension builds: `CUDAExtension`/`CppExtension` in setup scripts, `load`, `load_inline`.
 
 Each build call is read into a `BuildRecipe` with its sources, flags, defines and include
-folders; the sources a `load_inline` call holds in strings are read by `py_inline`, the
-lists a setup script builds step by step by `py_flow`. The extension class may be an
+folders; the sources a `load_inline` call holds in strings are read by `inline`, the
+lists a setup script builds step by step by `flow`. The extension class may be an
 alias (`Ext = CUDAExtension if with_cuda else CppExtension`), taken as CUDAExtension.
 What cannot be decided statically is said in the recipe's `cannot_tell`, with its line.
 """
@@ -15,11 +15,11 @@ from dataclasses import replace
 from typing import Literal
 
 from kfbot.scan.model import BuildRecipe, InlineSource
-from kfbot.scan.py_flow import Flow
-from kfbot.scan.py_inline import InlineReader
-from kfbot.scan.py_scopes import MAX_DEPTH, MAX_ITEMS, Bind, Scope, ScopeIndex
-from kfbot.scan.py_syntax import as_written, clip, dotted_name, known, unique
-from kfbot.scan.py_values import Evaluator, Glob
+from kfbot.scan.python.flow import Flow
+from kfbot.scan.python.inline import InlineReader
+from kfbot.scan.python.scopes import MAX_DEPTH, MAX_ITEMS, Bind, Scope, ScopeIndex
+from kfbot.scan.python.syntax import as_written, clip, dotted_name, known, unique
+from kfbot.scan.python.values import Evaluator, Glob
 
 BuildKind = Literal["setup_py", "load", "load_inline"]
 _INLINE_KEYS: tuple[tuple[Literal["cpp", "cuda"], str], ...] = (

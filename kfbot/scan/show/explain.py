@@ -15,7 +15,7 @@ pairing fails. Lines fit the terminal (kfbot.terminal).
 from __future__ import annotations
 
 from kfbot.scan.model import Kernel, Observations, ReferenceTest, ScanReport, Step
-from kfbot.scan.summary import compared, confidence_words
+from kfbot.scan.show.summary import compared, confidence_words
 from kfbot.terminal import and_more, fitted, wrapped
 
 _SIGNALS = {"exception": "a mismatch raises", "exit_status": "a mismatch is the exit status",

@@ -5,7 +5,7 @@ an autograd Function, whose `forward` calls the compiled module under another na
 in other files. Each file is read alone (in parallel, before any linking), so it can
 only say where its own names lead, as import paths: `fused_gelu` calls
 `.._autograd.GeluFunction.apply`; `_autograd` imports `_C` from `fusedact` as `ops`;
-`GeluFunction.forward` calls `fusedact._C.gelu_fwd`. `py_graph` follows the paths
+`GeluFunction.forward` calls `fusedact._C.gelu_fwd`. `graph` follows the paths
 across files once every file is read.
 
 Test files are not summarised (nothing imports a test module); conftest.py and helper
@@ -19,11 +19,11 @@ import posixpath
 import re
 
 from kfbot.scan.model import PySymbol
-from kfbot.scan.py_builds import BuildReader
-from kfbot.scan.py_compare import CompareFinder
-from kfbot.scan.py_scopes import Scope, ScopeIndex
-from kfbot.scan.py_syntax import dotted_name
-from kfbot.scan.py_values import Evaluator
+from kfbot.scan.python.builds import BuildReader
+from kfbot.scan.python.compare import CompareFinder
+from kfbot.scan.python.scopes import Scope, ScopeIndex
+from kfbot.scan.python.syntax import dotted_name
+from kfbot.scan.python.values import Evaluator
 
 MAX_TARGETS = 64  # paths kept per function
 _CALL = ".__call__"  # calling an instance

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kfbot.scan import treesitter as tsx
-from kfbot.scan.cuda_bindings import BLOCK_MACROS
-from kfbot.scan.cuda_context import FileContext
-from kfbot.scan.cuda_syntax import (
+from kfbot.scan.cuda.bindings import BLOCK_MACROS
+from kfbot.scan.cuda.context import FileContext
+from kfbot.scan.cuda.syntax import (
     NAME_TYPES,
     compact,
     declarator_name,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from kfbot.scan.kernel_paths import BoundPath
+from kfbot.scan.link.kernel_paths import BoundPath
 from kfbot.scan.model import Dispatch, HostFunction
 
 _WORD = re.compile(r"[A-Za-z_]\w*")

@@ -14,9 +14,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from kfbot.scan.cpp_graph import CallGraph, lookup_names
-from kfbot.scan.cuda_facts import extract_cuda_facts
-from kfbot.scan.cuda_macros import MacroExpander
+from kfbot.scan.cuda.facts import extract_cuda_facts
+from kfbot.scan.cuda.macros import MacroExpander
+from kfbot.scan.link.cpp_graph import CallGraph, lookup_names
 from kfbot.scan.model import (
     Binding,
     BuildRecipe,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kfbot.scan.cpp_graph import Edge, path
-from kfbot.scan.link import Linker
+from kfbot.scan.link.cpp_graph import Edge, path
+from kfbot.scan.link.join import Linker
 from kfbot.scan.model import Binding, KernelDef, LaunchSite, Step
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import itertools
 
-from kfbot.scan.py_scopes import MAX_DEPTH, Scope, ScopeIndex, World
-from kfbot.scan.py_syntax import as_written, names_in, unique
-from kfbot.scan.py_values import Dtype, Evaluator
+from kfbot.scan.python.scopes import MAX_DEPTH, Scope, ScopeIndex, World
+from kfbot.scan.python.syntax import as_written, names_in, unique
+from kfbot.scan.python.values import Dtype, Evaluator
 
 _MAX_WORLDS = 32  # parametrize/loop combinations enumerated for shapes and dtypes
 

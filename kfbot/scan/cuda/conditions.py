@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Iterable
 
 from kfbot.scan import treesitter as tsx
-from kfbot.scan.cuda_syntax import expr
+from kfbot.scan.cuda.syntax import expr
 from kfbot.scan.treesitter import Node
 
 IF_Q = "(if_statement condition: (_) @cond consequence: (_) @then) @if"

@@ -3,10 +3,10 @@
 Everything is read off the tree-sitter CUDA parse with compiled queries, so the
 work per node happens in C; Python only visits the matches. Names are kept as
 written (with their namespace scope) and resolved across files by `link`.
-The work is shared with `cuda_attrs` (attributes the grammar does not know),
-`cuda_bindings`, `cuda_calls` (host functions and calls), `cuda_conditions` (the
-branches a launch is under) and `cuda_macros` (launches written in macros).
-Those readers see the file through `cuda_context.FileContext`, which `Ctx` implements,
+The work is shared with `attrs` (attributes the grammar does not know),
+`bindings`, `calls` (host functions and calls), `conditions` (the
+branches a launch is under) and `macros` (launches written in macros).
+Those readers see the file through `context.FileContext`, which `Ctx` implements,
 so they sit below this module rather than in a circle with it.
 """
 
@@ -16,11 +16,14 @@ import bisect
 import re
 from collections.abc import Iterable
 
-from kfbot.scan import cuda_bindings, cuda_calls, cuda_conditions, cuda_macros
 from kfbot.scan import treesitter as tsx
-from kfbot.scan.cuda_attrs import Attribute, attributes_between, blank_attributes
-from kfbot.scan.cuda_conditions import Conditions
-from kfbot.scan.cuda_syntax import (
+from kfbot.scan.cuda import bindings as cuda_bindings
+from kfbot.scan.cuda import calls as cuda_calls
+from kfbot.scan.cuda import conditions as cuda_conditions
+from kfbot.scan.cuda import macros as cuda_macros
+from kfbot.scan.cuda.attrs import Attribute, attributes_between, blank_attributes
+from kfbot.scan.cuda.conditions import Conditions
+from kfbot.scan.cuda.syntax import (
     compact,
     declarator_name,
     expr,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 
 from kfbot.scan.model import ReferenceTest
-from kfbot.scan.py_scopes import Scope, ScopeIndex
-from kfbot.scan.py_syntax import as_written, clip, dotted_name
+from kfbot.scan.python.scopes import Scope, ScopeIndex
+from kfbot.scan.python.syntax import as_written, clip, dotted_name
 
 # Stands for the repository's kernel-builder package in a target path.
 KERNEL_PACKAGE = "<kernel>"

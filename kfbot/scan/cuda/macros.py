@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from kfbot.scan import treesitter as tsx
-from kfbot.scan.cuda_context import FileContext
+from kfbot.scan.cuda.context import FileContext
 from kfbot.scan.model import CudaFileFacts, HostCall, MacroDef, MacroUse, Problem
 
 MACRO_DEF_Q = """(preproc_function_def name: (identifier) @name

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kfbot.scan.model import InlineSource
-from kfbot.scan.py_scopes import MAX_DEPTH, Scope, ScopeIndex
-from kfbot.scan.py_syntax import as_written, known
-from kfbot.scan.py_values import Evaluator
+from kfbot.scan.python.scopes import MAX_DEPTH, Scope, ScopeIndex
+from kfbot.scan.python.syntax import as_written, known
+from kfbot.scan.python.values import Evaluator
 
 
 @dataclass(frozen=True)
