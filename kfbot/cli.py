@@ -2,7 +2,7 @@
 
 Every subcommand is built by `CommandParser`, which gives it the options all of them
 share (`--verbose`) and the help layout (every option's default shown); a bad option
-is answered with that subcommand's own usage. `tests/test_cli_rules.py` holds every
+is answered with that subcommand's own usage. `tests/commands/test_cli_rules.py` holds every
 subcommand to the same rules.
 """
 

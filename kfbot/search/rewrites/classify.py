@@ -109,6 +109,7 @@ def _example(expert: Expert) -> str:
     after = SOURCE_REWRITES[expert.rewrite](expert.example, Target(expert.example_kernel))
     lines = [f"### {expert.id} ({expert.kernel_class}): {expert.what}", f"Why: {expert.why}",
              "Before:", f"```cuda\n{expert.example.rstrip()}\n```"]
-    if after is not None:  # the shipped examples are checked to apply (tests/test_experts.py)
+    # The shipped examples are checked to apply (tests/search/test_experts.py).
+    if after is not None:
         lines += ["After:", f"```cuda\n{after.rstrip()}\n```"]
     return "\n".join(lines)
