@@ -12,7 +12,9 @@ The rules, each failing with the import lines to change:
   (`evaluate.capture` -> `evaluate.build` -> `evaluate.capture` is one), and where an
   order is declared (`SUB_FLOORS`), downwards in that order;
 - every package's `__init__` docstring says what it owns and what it may import;
-- no module over `MAX_LINES` lines: split by concern before crossing it.
+- no module over `MAX_LINES` lines: split by concern before crossing it;
+- the tests mirror the floors: each folder of `tests/` is named after one, and a test
+  file's name is unique across them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KFBOT = Path(__file__).resolve().parents[1] / "kfbot"
+TESTS = Path(__file__).resolve().parent
 MAX_LINES = 600
 
 # The floors, lowest first. A module may import its own floor and the floors below it.
@@ -287,3 +290,33 @@ def test_sub_packages_keep_their_declared_order() -> None:
             if source and target and height[target] > height[source]:
                 upward.append(f"  {a.where}: {a.source} -> {a.target}")
         assert not upward, f"imports that point up inside {package}:\n" + "\n".join(upward)
+
+
+def test_tests_mirror_the_floors() -> None:
+    """A test's folder says which floor it is about; the shared fakes and helpers, the
+    ground floor's and the house's own tests stay in tests/ itself. The folders are not
+    packages, so a file name must be unique across them."""
+    folders = {p.name for p in TESTS.iterdir()
+               if p.is_dir() and p.name not in ("data", "__pycache__")}
+    floors = set(FLOORS) - {"ground", "top"}
+    assert folders <= floors, f"test folders not named after a floor: {sorted(folders - floors)}"
+    names = [p.name for p in TESTS.rglob("test_*.py")
+             if p.relative_to(TESTS).parts[0] != "data"]
+    twins = sorted({name for name in names if names.count(name) > 1})
+    assert not twins, f"test files with the same name in two folders: {twins}"
+
+
+def test_a_test_borrows_only_from_its_own_folder() -> None:
+    """A test module imports another one only from its own folder (the folder pytest puts
+    on the path when it runs that file alone); what several folders share lives in
+    tests/ itself."""
+    files = {p.stem: p for p in TESTS.rglob("test_*.py") if p.relative_to(TESTS).parts[0] != "data"}
+    far = []
+    for path in files.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.module if isinstance(node, ast.ImportFrom) else None
+            lender = files.get(name or "")
+            if lender is not None and lender.parent != path.parent:
+                far.append(f"  {path.relative_to(TESTS)}:{node.lineno} imports "
+                           f"{lender.relative_to(TESTS)}")
+    assert not far, "tests importing a test of another folder:\n" + "\n".join(far)

@@ -10,7 +10,7 @@ from kfbot.config import GithubConfig
 from kfbot.errors import EXIT_FAILURE, EXIT_OK
 from kfbot.github.action.context import Context
 from kfbot.github.action.gpu import engine_for, require_gpu, task_for
-from kfbot.github.action.optimize import optimize_kernel, search_settings
+from kfbot.github.action.optimize import asked_search, optimize_kernel
 from kfbot.github.action.scan import scan_result
 from kfbot.github.action_io import Result
 from kfbot.github.api import DEFAULT_RETRY
@@ -79,5 +79,5 @@ class _Work:
         # take it; a fork's branch is out of reach, so then to the pull request's base.
         github = dataclasses.replace(policy, base=head.base_ref if head.fork else head.ref)
         return optimize_kernel(self.ctx, command.kernel or "",
-                               search_settings(self.ctx.inputs, command), github,
+                               asked_search(self.ctx.inputs, command), github,
                                before_publish, progress)

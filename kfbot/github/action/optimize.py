@@ -42,19 +42,22 @@ STATUS_EVERY_S = 180.0
 
 
 @dataclass(frozen=True)
-class SearchSettings:
+class AskedSearch:
+    """What a comment or the Action's inputs ask of the search: its budget, its time, its
+    islands (the island search's own knobs are `search.evolution.islands.SearchSettings`)."""
+
     evaluations: int
     seconds: float | None
     islands: int
 
 
-def search_settings(inputs: ActionInputs, command: Command | None = None) -> SearchSettings:
+def asked_search(inputs: ActionInputs, command: Command | None = None) -> AskedSearch:
     """The comment's options where it gives them, else the action's inputs. The time is
     the job's: the search keeps a margin below it (`search_seconds`)."""
     budget = command.budget if command and command.budget else inputs.budget
     seconds = command.time if command and command.time else inputs.time
     islands = command.islands if command and command.islands else inputs.islands
-    return SearchSettings(budget, search_seconds(seconds), islands)
+    return AskedSearch(budget, search_seconds(seconds), islands)
 
 
 def optimize_all(ctx: Context) -> Result:
@@ -66,7 +69,7 @@ def optimize_all(ctx: Context) -> Result:
     if not specs:
         raise KfbotError(f"{ctx.root}: no kernel with a reference test to optimize")
     github = ctx.github_config(config.github)
-    settings = search_settings(ctx.inputs)
+    settings = asked_search(ctx.inputs)
     started = time.monotonic()
     results = []
     for index, spec in enumerate(specs):
@@ -91,7 +94,7 @@ def _combined(results: list[Result]) -> Result:
                                annotations=tuple(a for r in results for a in r.annotations))
 
 
-def optimize_kernel(ctx: Context, spec: str, s: SearchSettings, github: GithubConfig,
+def optimize_kernel(ctx: Context, spec: str, s: AskedSearch, github: GithubConfig,
                     before_publish: Callable[[], None] | None,
                     status: Callable[[str], None] | None = None) -> Result:
     """Search one kernel on the GPU and publish a verified winner; a plan on a dry run.
@@ -103,7 +106,7 @@ def optimize_kernel(ctx: Context, spec: str, s: SearchSettings, github: GithubCo
     return _search_and_publish(ctx, task, s, github, before_publish, status)
 
 
-def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
+def _optimize_settings(s: AskedSearch) -> OptimizeSettings:
     from kfbot.search.plan import OptimizeSettings
 
     seed = int.from_bytes(os.urandom(4), "little") >> 1
@@ -111,7 +114,7 @@ def _optimize_settings(s: SearchSettings) -> OptimizeSettings:
                             seconds=s.seconds, started=time.monotonic())
 
 
-def _plan(task: KernelTask, s: SearchSettings, llm_key: bool) -> Result:
+def _plan(task: KernelTask, s: AskedSearch, llm_key: bool) -> Result:
     from kfbot.search.mutators.llm import NO_KEY_NOTICE
     from kfbot.search.plan import make_plan
 
@@ -139,7 +142,7 @@ def _search(task: KernelTask, engine: Engine, settings: OptimizeSettings, run_di
         shown.close()
 
 
-def _search_and_publish(ctx: Context, task: KernelTask, s: SearchSettings,
+def _search_and_publish(ctx: Context, task: KernelTask, s: AskedSearch,
                         github: GithubConfig, before_publish: Callable[[], None] | None,
                         status: Callable[[str], None] | None) -> Result:
     from kfbot.search.stopping import RunStopped, call_all, stop_on

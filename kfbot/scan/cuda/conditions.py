@@ -34,11 +34,12 @@ def _paren(text: str) -> str:
     return text if text.startswith("(") else f"({text})"
 
 
-def _if_regions(m: dict[str, Node]) -> Iterable[Region]:
+def _if_regions(m: dict[str, Node], branch: str = "if") -> Iterable[Region]:
+    """The then and else regions of an `if` (or, with branch "t", of a ternary)."""
     cond = _paren(tsx.text(m["cond"]))
     then = m["then"]
     yield then.start_byte, then.end_byte, f"if {cond}"
-    other = m["if"].child_by_field_name("alternative")
+    other = m[branch].child_by_field_name("alternative")
     if other is not None:
         yield other.start_byte, other.end_byte, f"else of if {cond}"
 
@@ -51,12 +52,7 @@ def _case_region(m: dict[str, Node]) -> Region:
 
 
 def _ternary_regions(m: dict[str, Node]) -> Iterable[Region]:
-    cond = _paren(tsx.text(m["cond"]))
-    then = m["then"]
-    yield then.start_byte, then.end_byte, f"if {cond}"
-    other = m["t"].child_by_field_name("alternative")
-    if other is not None:
-        yield other.start_byte, other.end_byte, f"else of if {cond}"
+    return _if_regions(m, "t")
 
 
 def _preproc_regions(m: dict[str, Node]) -> Iterable[Region]:

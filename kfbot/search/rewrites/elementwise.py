@@ -43,10 +43,10 @@ def elementwise_shape(fn: sx.Node) -> Elementwise | None:
     decl, branch = stmts
     if any(c.type in ("type_qualifier", "storage_class_specifier") for c in decl.children):
         return None
-    decls = decl.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
+    sole = sx.sole_init(decl)
+    if sole is None:
         return None
-    var, value = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+    var, value = sole
     if var is None or var.type != "identifier" or value is None:
         return None
     norm = sx.norm(value)

@@ -78,12 +78,10 @@ def grid2d(fn: sx.Node) -> Grid2D | None:
 
 def _declaration(stmt: sx.Node) -> tuple[str, str, str] | None:
     """(axis, name, type) of `T v = blockIdx.? * blockDim.? + threadIdx.?;`."""
-    if stmt.type != "declaration":
+    sole = sx.sole_init(stmt) if stmt.type == "declaration" else None
+    if sole is None:
         return None
-    decls = stmt.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
-        return None
-    name, value = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+    name, value = sole
     norm = sx.norm(value) if value is not None else None
     if name is None or name.type != "identifier" or norm is None:
         return None

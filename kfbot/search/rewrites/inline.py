@@ -109,12 +109,10 @@ def _lambdas(fn: sx.Node) -> dict[str, tuple[_Helper, sx.Node]]:
 
 
 def _lambda_of(stmt: sx.Node) -> tuple[str, sx.Node] | None:
-    if stmt.type != "declaration":
+    sole = sx.sole_init(stmt) if stmt.type == "declaration" else None
+    if sole is None:
         return None
-    decls = stmt.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
-        return None
-    name, value = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+    name, value = sole
     if name is None or name.type != "identifier" or value is None \
             or value.type != "lambda_expression":
         return None
@@ -353,21 +351,7 @@ def _calls_helper(node: sx.Node, name: str) -> bool:
 
 
 def _declared(helper: _Helper) -> set[str]:
-    names: set[str] = set()
-    for s in helper.statements:
-        for node in sx.walk(s):
-            if node.type == "init_declarator":
-                target = sx.field(node, "declarator")
-                while target is not None and target.type in ("pointer_declarator",
-                                                              "reference_declarator"):
-                    target = sx.field(target, "declarator")
-                if target is not None and target.type == "identifier":
-                    names.add(sx.text(target))
-            elif node.type == "declaration":
-                for d in node.children_by_field_name("declarator"):
-                    if d.type == "identifier":
-                        names.add(sx.text(d))
-    return names
+    return {name for s in helper.statements for name in _declared_in(s)}
 
 
 def _renamed(node: sx.Node | None, names: dict[str, str], indent: str) -> str:

@@ -27,8 +27,6 @@ from kfbot.search.rewrites.grid2d import Grid2D, grid2d, launch_bound, unit_vari
 from kfbot.search.rewrites.launch import Condition, Dispatch, LaunchPlan, dispatched_launch_edits
 from kfbot.search.rewrites.syntax import Target
 
-_ZERO = ("0", "0.0", "0.f", "0.0f", "0.")
-
 
 @dataclass(frozen=True)
 class _Matmul:
@@ -176,12 +174,13 @@ def _stored_along(epilogue: list[sx.Node], names: set[str]) -> str | None:
 def _zero_declaration(stmt: sx.Node) -> tuple[str, str] | None:
     if stmt.type != "declaration" or "const" in sx.qualifiers(stmt):
         return None
-    decls = stmt.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
+    sole = sx.sole_init(stmt)
+    if sole is None:
         return None
-    name, value = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+    name, value = sole
     type_ = sx.text(sx.field(stmt, "type"))
-    if name is None or name.type != "identifier" or sx.text(value).lower() not in _ZERO \
+    if name is None or name.type != "identifier" \
+            or sx.text(value).lower() not in sx.ZERO_LITERALS \
             or type_ not in ("float", "double"):
         return None
     return sx.text(name), type_

@@ -186,10 +186,7 @@ def _reduced(stmt: sx.Node, name: str, kind: str) -> str | None:
 def _zero_float(stmt: sx.Node, name: str) -> bool:
     if stmt.type != "declaration" or sx.text(sx.field(stmt, "type")) != "float":
         return False
-    decls = stmt.children_by_field_name("declarator")
-    return len(decls) == 1 and decls[0].type == "init_declarator" \
-        and sx.text(sx.field(decls[0], "declarator")) == name \
-        and sx.text(sx.field(decls[0], "value")).lower() in ("0", "0.0", "0.f", "0.0f", "0.")
+    return sx.declares_zero(stmt, name)
 
 
 def _helpers(root: sx.Node, kernel: sx.Node, prefix: str, exp: str) -> list[sx.Edit]:

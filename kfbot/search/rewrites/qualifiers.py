@@ -160,10 +160,10 @@ def _constant_trip(loop: sx.Node, constants: Mapping[str, int], templ: set[str])
     if init is None or cond is None or update is None:
         return False
     if init.type == "declaration":
-        decls = init.children_by_field_name("declarator")
-        if len(decls) != 1 or decls[0].type != "init_declarator":
+        sole = sx.sole_init(init)
+        if sole is None:
             return False
-        var, start = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+        var, start = sole
     elif init.type == "assignment_expression" and sx.text(sx.field(init, "operator")) == "=":
         var, start = sx.field(init, "left"), sx.field(init, "right")
     else:

@@ -41,11 +41,11 @@ def _reduction(src: bytes, fn: sx.Node, loop: sx.Node) -> list[sx.Edit] | None:
     if init is None or cond is None or update is None or body is None \
             or init.type != "declaration" or body.type != "compound_statement":
         return None
-    decls = init.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
+    sole = sx.sole_init(init)
+    if sole is None:
         return None
-    s = sx.text(sx.field(decls[0], "declarator"))
-    start = sx.field(decls[0], "value")
+    s = sx.text(sole[0])
+    start = sole[1]
     if start is None or sx.norm(start) not in ("blockDim.x/2", "blockDim.x>>1"):
         return None
     zero = sx.field(cond, "right")

@@ -109,10 +109,10 @@ def _block_pass(kernel: sx.Node, loop: sx.Node) -> tuple[str, str] | None:
     init, cond, update = (sx.field(loop, k) for k in ("initializer", "condition", "update"))
     if init is None or cond is None or update is None or init.type != "declaration":
         return None
-    decls = init.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
+    sole = sx.sole_init(init)
+    if sole is None:
         return None
-    j, start = sx.text(sx.field(decls[0], "declarator")), sx.field(decls[0], "value")
+    j, start = sx.text(sole[0]), sole[1]
     bound = sx.field(cond, "right")
     if start is None or bound is None or sx.text(sx.field(cond, "left")) != j \
             or sx.text(sx.field(cond, "operator")) != "<" \

@@ -183,10 +183,7 @@ def _starts_at_zero(loop: ColumnLoop, name: str) -> bool:
         prev = prev.prev_named_sibling
     if prev is None or prev.type != "declaration":
         return False
-    decls = prev.children_by_field_name("declarator")
-    return len(decls) == 1 and decls[0].type == "init_declarator" \
-        and sx.text(sx.field(decls[0], "declarator")) == name \
-        and sx.text(sx.field(decls[0], "value")).lower() in ("0", "0.0", "0.f", "0.0f", "0.")
+    return sx.declares_zero(prev, name)
 
 
 def _loop_variable(loop: ColumnLoop) -> str:

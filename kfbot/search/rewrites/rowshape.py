@@ -146,12 +146,10 @@ def _plain(fn: sx.Node) -> bool:
 
 def _row_declaration(stmt: sx.Node) -> tuple[str, sx.Node, str] | None:
     """(name, initialiser, type) of `T row = <global thread index>;`."""
-    if stmt.type != "declaration":
+    sole = sx.sole_init(stmt) if stmt.type == "declaration" else None
+    if sole is None:
         return None
-    decls = stmt.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
-        return None
-    name, value = sx.field(decls[0], "declarator"), sx.field(decls[0], "value")
+    name, value = sole
     if name is None or name.type != "identifier" or value is None:
         return None
     norm = sx.norm(value)
@@ -215,10 +213,10 @@ def column_loop(loop: sx.Node) -> ColumnLoop | None:
     if init is None or cond is None or update is None or body is None \
             or init.type != "declaration":
         return None
-    decls = init.children_by_field_name("declarator")
-    if len(decls) != 1 or decls[0].type != "init_declarator":
+    sole = sx.sole_init(init)
+    if sole is None:
         return None
-    j, start = sx.text(sx.field(decls[0], "declarator")), sx.field(decls[0], "value")
+    j, start = sx.text(sole[0]), sole[1]
     bound = sx.field(cond, "right")
     if start is None or bound is None or cond.type != "binary_expression" \
             or sx.text(sx.field(cond, "left")) != j or sx.text(sx.field(cond, "operator")) != "<" \

@@ -19,6 +19,8 @@ Edit = tuple[int, int, bytes]  # (start byte, end byte, replacement)
 
 KERNEL_FN = '(function_definition "__global__") @fn'
 DEVICE_FN = '(function_definition ["__global__" "__device__"]) @fn'
+# How a CUDA source spells a zero start value.
+ZERO_LITERALS = ("0", "0.0", "0.f", "0.0f", "0.")
 _LAUNCH = "(call_expression function: (_) @f (kernel_call_syntax) @k) @call"
 
 
@@ -85,6 +87,22 @@ def named(node: Node) -> list[Node]:
 
 def field(node: Node | None, name: str) -> Node | None:
     return None if node is None else node.child_by_field_name(name)
+
+
+def sole_init(decl: Node) -> tuple[Node | None, Node | None] | None:
+    """(declarator, value) of a declaration with exactly one initialised declarator
+    (`int i = 0;`), else None."""
+    decls = decl.children_by_field_name("declarator")
+    if len(decls) != 1 or decls[0].type != "init_declarator":
+        return None
+    return field(decls[0], "declarator"), field(decls[0], "value")
+
+
+def declares_zero(decl: Node, name: str) -> bool:
+    """`decl` is `T name = 0;`, zero spelt any way `ZERO_LITERALS` knows."""
+    sole = sole_init(decl)
+    return sole is not None and text(sole[0]) == name \
+        and text(sole[1]).lower() in ZERO_LITERALS
 
 
 def functions(root: Node, pattern: str = KERNEL_FN) -> list[Node]:
