@@ -858,13 +858,15 @@ class Phases:
         forked = self.report_made is not None and len(self.report_made.kernels) >= FORK_KERNELS
         serial = link + (out / 2 if forked else out) + start.best_cpu
         floor = read / cores + serial
+        ideal = parse / cores  # parse only, shared by the cores at no cost
         half = " (half forked)" if forked else ""
         say(f"  first scan, where the time goes (CPU s, one core): reading every file "
             f"{read:.2f} s = {read / parse:.2f}x parsing alone ({parse:.2f} s); then, in one "
             f"process, linking {link:.2f} s, JSON {out:.2f} s{half}, "
             f"start-up {start.best_cpu:.2f} s")
         say(f"  least first scan those allow on {cores} cores: {read:.2f}/{cores} + "
-            f"{serial:.2f} = {floor:.2f} s = {floor / parsing.best:.2f}x parse only")
+            f"{serial:.2f} = {floor:.2f} s = {floor / ideal:.2f}x parse only shared alike "
+            f"({parse:.2f}/{cores} s; measured with its pool: {parsing.best:.2f} s wall)")
 
 
 def bench(info: TreeInfo, repeat: int, scratch_cache: Path) -> int:
