@@ -22,6 +22,10 @@ of the way with PYTHONPYCACHEPREFIX), then after `python -m compileall` has comp
 them into the package, as `pip install` does.
 
 Every figure is the best of `--repeat` runs with a warm page cache; all runs are shown.
+Below the table, the in-process one-core scan is split into reading every file (walk,
+parse, extract: the part a pool of workers shares) and linking, beside the CPU of
+writing the JSON and of parsing alone in one process: what a pool cannot shorten gives
+the least first scan these costs allow, as a multiple of parse only.
 The targets: >= 2000 source files/s on a 2-core machine, and a first scan (the CLI,
 `--no-cache`) within twice the time of parsing alone.
 
