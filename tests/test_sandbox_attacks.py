@@ -528,10 +528,6 @@ print(json.dumps({"method": sandbox().method, "said": said}))
 def test_a_setsid_daemon_dies_on_a_timeout_and_when_kfbot_exits(
         method_path: tuple[str, dict[str, str]], tmp_path: Path, driver: str) -> None:
     method, env = method_path
-    if method == "unshare" and driver == DRIVER_EXIT:
-        # Measured: the command runs on to its own end (100 s here) after kfbot exits;
-        # `--kill-child` acts when `unshare` dies, and nothing kills `unshare`.
-        pytest.skip("an unshare namespace outlives a kfbot that exits without ending it")
     mark = f"daemon-end-{method}-{tmp_path.name}-{os.getpid()}"
     folder = tmp_path / "scratch"
     folder.mkdir()

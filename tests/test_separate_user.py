@@ -107,9 +107,19 @@ def test_a_setsid_daemon_dies_when_kfbot_is_killed(tmp_path: Path) -> None:
     mark = f"daemon-killed-{tmp_path.name}-{os.getpid()}"
     folder = tmp_path / "scratch"
     folder.mkdir()
-    code, said = _kfbot(DRIVER_KILLED, tmp_path / "log", str(folder), DAEMON, mark)
+    above = _modes_above(sys.prefix, sys.base_prefix, str(tmp_path))
+    try:
+        code, said = _kfbot(DRIVER_KILLED, tmp_path / "log", str(folder), DAEMON, mark)
+    finally:  # a killed kfbot gives no folder its mode back (/root, where Python lives)
+        for path, mode in above.items():
+            path.chmod(mode)
     assert code == -signal.SIGKILL, said[-3000:]
     assert not running(mark, within_s=10.0)
+
+
+def _modes_above(*paths: str) -> dict[Path, int]:
+    folders = {f for p in paths for f in (Path(p).resolve(), *Path(p).resolve().parents)}
+    return {f: stat.S_IMODE(f.stat().st_mode) for f in folders}
 
 
 DETECT = "from kfbot.evaluate.sandbox import detect; print(detect().summary())"

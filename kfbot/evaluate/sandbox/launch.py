@@ -30,6 +30,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -68,8 +69,10 @@ def main(argv: list[str]) -> None:
     command = argv[2:]
     try:
         if spec["mode"] == "unshare":
+            # Opened while /proc is still the machine's: kfbot is out of sight after.
+            kfbot = os.open(f"/proc/{int(spec['parent'])}", os.O_RDONLY | os.O_DIRECTORY)
             build_namespace(spec)
-            code = run_as_init(spec, command)
+            code = run_as_init(spec, command, kfbot)
             os._exit(code)
         if spec["mode"] == "separate-user":
             os._exit(run_as_user(spec, command))
@@ -101,10 +104,14 @@ def start(spec: dict[str, Any], command: list[str]) -> None:
         os._exit(127)
 
 
-def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
-    """Start the command and reap every process until it ends; its status."""
+def run_as_init(spec: dict[str, Any], command: list[str], kfbot: int) -> int:
+    """Start the command and reap every process until it ends; its status. Should kfbot
+    (whose /proc folder `kfbot` is) die first, this init ends, and the kernel kills
+    every process of the namespace with it: `unshare --kill-child` acts only when
+    `unshare` dies, and nothing kills `unshare` when kfbot does."""
     child = os.fork()
     if child == 0:
+        os.close(kfbot)
         try:
             os.setsid()
             drop_privileges(int(spec["uid"]), int(spec["gid"]))
@@ -113,7 +120,10 @@ def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
             sys.stderr.write(f"kfbot sandbox: {exc}\n")
             os._exit(SETUP_FAILED)
         start(spec, command)
-    os.closerange(3, 1 << 16)  # the command's pipes must close when the command does
+    # The command's pipes must close when the command does.
+    os.closerange(3, kfbot)
+    os.closerange(kfbot + 1, 1 << 16)
+    threading.Thread(target=_end_with, args=(kfbot,), daemon=True).start()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -124,6 +134,23 @@ def run_as_init(spec: dict[str, Any], command: list[str]) -> int:
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
             return 128 - code if code < 0 else code
+
+
+def _end_with(kfbot: int) -> None:
+    """End this process (the namespace's init) once the process whose /proc folder is
+    `kfbot` has exited (its folder empty, or it a zombie)."""
+    while True:
+        time.sleep(_ORPHAN_CHECK_S)
+        try:
+            fd = os.open("stat", os.O_RDONLY, dir_fd=kfbot)
+            try:
+                state = os.read(fd, 4096).rsplit(b")", 1)[-1].split()[:1]
+            finally:
+                os.close(fd)
+        except OSError:
+            state = []
+        if state in ([], [b"Z"], [b"X"]):
+            os._exit(SETUP_FAILED)
 
 
 def drop_privileges(uid: int, gid: int) -> None:

@@ -83,7 +83,8 @@ class Sandbox:
                 "env": {"TMPDIR": "/tmp"}}
         if self.method == "bwrap":
             return [*_bwrap(self.tool, view), *_launch(spec), *argv]
-        spec.update({"uid": os.getuid(), "gid": os.getgid(), "tmp_bytes": TMP_BYTES,
+        spec.update({"uid": os.getuid(), "gid": os.getgid(), "parent": os.getpid(),
+                     "tmp_bytes": TMP_BYTES,
                      "shm_bytes": SHM_BYTES, "hide": list(HIDDEN), "devices": gpu_devices(),
                      "binds": [list(b) for b in view.binds]})
         return [self.tool, "--user", "--map-root-user", "--mount", "--pid", "--fork",
