@@ -14,9 +14,9 @@ import pytest
 
 from kfbot.cli import main
 from kfbot.config import Config
+from kfbot.scan.forked import Forked
 from kfbot.scan.scanner import scan
 from kfbot.scan.show import render
-from kfbot.scan.show.forked import Forked
 from kfbot.scan.show.json_text import JsonText, dumps_indented
 
 ROOT = Path(__file__).resolve().parents[1]

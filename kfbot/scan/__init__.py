@@ -7,6 +7,7 @@
     scanner     the composition: which files, their facts (cached), linked, shown
     model       the records every later stage reads
     treesitter  the one module that talks to tree-sitter
+    forked      work in a forked child, and whether this process may fork
     files, facts_cache, build_toml, tasks, select, observed, changes   the edges
 
 It may import only the ground floor (errors, config, git, text); every later stage

@@ -48,8 +48,10 @@ env = untrusted_env()
 argv = confined([sys.executable, "-c", swapper, target], folder, [folder], env=env)
 attacker = subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE)
 assert attacker.stdout.readline() == b"swapping\\n"
-rounds, end = 0, time.monotonic() + float(seconds)
-while time.monotonic() < end and os.stat(target).st_mode & 0o777 == 0o600:
+# At least 20 hand-overs, however slow a loaded machine makes each; more while time is left.
+rounds, end, cap = 0, time.monotonic() + float(seconds), time.monotonic() + 90
+while (rounds < 20 or time.monotonic() < end) and time.monotonic() < cap \
+        and os.stat(target).st_mode & 0o777 == 0o600:
     finished(confined(["true"], folder, [folder], env=env))  # the next command's hand-over
     rounds += 1
 attacker.kill()
@@ -96,7 +98,7 @@ def test_a_command_swapping_links_cannot_make_root_chmod_another_file(
     folder.mkdir()
     code, said = _kfbot(DRIVER_RACE, tmp_path / "log", str(folder), str(target), SWAPPER, "3")
     assert code == 0, said[-3000:]
-    assert int(said.split()[-1]) > 10  # the folder was handed over again and again
+    assert int(said.split()[-1]) >= 20  # the folder was handed over again and again
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert (target.stat().st_uid, target.stat().st_gid) == (0, 0)
 

@@ -4,8 +4,7 @@
     summary    what a scan means: how many kernels can be optimised, why not the rest
     explain    `kfbot scan --explain <kernel>`: how the scan reached it, or where it stopped
     json_text  `json.dumps(indent=n)` byte for byte at the speed of the C encoder
-    forked     a string computed in a forked child while this process does other work
 
-It may import the scan's `model` and the ground floor; it reads records, never
+It may import the scan's `model` and `forked` and the ground floor; it reads records, never
 sources, so nothing of `scan.cuda`, `scan.python` or `scan.link`.
 """

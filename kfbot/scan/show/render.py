@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kfbot import __version__
 from kfbot.listing import record_lines, table_fits
+from kfbot.scan.forked import Forked
 from kfbot.scan.model import (
     NOT_UNDERSTOOD,
     VERDICT_WORDS,
@@ -20,7 +21,6 @@ from kfbot.scan.model import (
     ReferenceTest,
     ScanReport,
 )
-from kfbot.scan.show.forked import Forked
 from kfbot.scan.show.json_text import ACCELERATED, JsonText, dumps_indented
 from kfbot.scan.show.summary import compared, confidence_words, summary_lines
 from kfbot.text import printable

@@ -5,8 +5,9 @@ report: the child sees the structure as it is, where a process pool would first 
 to pickle it. Where fork is missing, or the child fails, the work is done in this
 process instead, so an error is raised here, with its traceback.
 
-Only the forking thread runs in the child: the work must need no lock another thread
-may hold (pure computation, as here, does not).
+Only the forking thread runs in the child, so a lock another thread held at the fork
+stays held there for ever: a process with native threads `threading` does not list
+(a cluster client's) does the work itself.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Forked:
         self._pipe = -1
 
     def __enter__(self) -> Forked:
-        if hasattr(os, "fork"):
+        if hasattr(os, "fork") and single_threaded():
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -72,3 +73,14 @@ def _child(work: Callable[[], str], read_end: int, write_end: int) -> NoReturn:
         status = 0
     finally:
         os._exit(status)
+
+
+def single_threaded() -> bool:
+    """Whether every thread of this process is one `threading` knows of (Linux counts the
+    native ones too): a library's native threads (a cluster client's) may hold a lock
+    at any moment, Python's own threads hold none of the ones the child needs."""
+    import threading
+    try:
+        return len(os.listdir("/proc/self/task")) <= threading.active_count()
+    except OSError:
+        return True
