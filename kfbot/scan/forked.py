@@ -32,7 +32,7 @@ class Forked:
         self._pipe = -1
 
     def __enter__(self) -> Forked:
-        if hasattr(os, "fork") and single_threaded():
+        if hasattr(os, "fork"):
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:
