@@ -19,7 +19,7 @@ from kfbot.scan.build_toml import read_build_toml
 from kfbot.scan.cuda.facts import compile_queries, extract_cuda_facts
 from kfbot.scan.facts_cache import FileResult, cached_extract
 from kfbot.scan.files import Inventory, SourceFile, collect, source_kind
-from kfbot.scan.forked import single_threaded
+from kfbot.scan.forked import fork_safe
 from kfbot.scan.link.assemble import assemble
 from kfbot.scan.link.join import Linker
 from kfbot.scan.link.pairing import summarised
@@ -197,7 +197,7 @@ def _start_pool(jobs: int) -> multiprocessing.pool.Pool:
     # A fork copies only the forking thread: where this process runs native threads of a
     # library (a cluster client's), a lock one of them held stays held in every worker,
     # and the pool never ends. Such a process starts its workers afresh instead.
-    forkable = "fork" in multiprocessing.get_all_start_methods() and single_threaded()
+    forkable = "fork" in multiprocessing.get_all_start_methods() and fork_safe()
     method = "fork" if forkable else "spawn"
     if method == "fork":
         compile_queries()  # once here, rather than once in every worker it forks
