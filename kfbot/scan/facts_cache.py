@@ -3,10 +3,10 @@
 The pre-commit hook scans the working tree and the base revision at every commit, and
 between two commits almost every file is the same: its facts are read back instead of
 parsed again. An entry is keyed by the file's path, its bytes and the scan code itself
-(a digest of kfbot/scan/*.py), so a changed extractor never reads facts written by an
-older one. A Python file's facts also depend on which files it names exist (a
-`load(sources=[...])`); the entry records those answers and is used only while they
-still hold.
+(a digest of every module under kfbot/scan/, sub-packages included), so a changed
+extractor never reads facts written by an older one. A Python file's facts also
+depend on which files it names exist (a `load(sources=[...])`); the entry records
+those answers and is used only while they still hold.
 
 The entries are pickles under the user's cache folder (`kfbot.paths.cache_dir()`),
 which only the user's own processes write: the same trust as the build cache beside
@@ -45,9 +45,16 @@ class _Entry:
 @functools.cache
 def code_digest() -> str:
     """What the facts depend on besides the file: kfbot's version and scan code."""
+    return digest_of_code(Path(__file__).parent)
+
+
+def digest_of_code(folder: Path) -> str:
+    """kfbot's version and every module under `folder`, its sub-packages' included: the
+    extractors live in scan/cuda/ and scan/python/, not beside this module."""
     digest = hashlib.sha256(__version__.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(folder.rglob("*.py")):
+        name = path.relative_to(folder).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

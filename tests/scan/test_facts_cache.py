@@ -4,10 +4,14 @@ changed."""
 
 from __future__ import annotations
 
+import importlib.util
+import pkgutil
 import shutil
 from pathlib import Path
 
+import kfbot.scan
 from kfbot.config import Config
+from kfbot.scan.facts_cache import code_digest, digest_of_code
 from kfbot.scan.scanner import scan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,3 +74,23 @@ def test_an_unreadable_entry_is_a_miss(tmp_path: Path) -> None:
     for entry in entries(cache):
         entry.write_bytes(b"not a pickle")
     assert scan(root, Config(), cache=cache) == scan(root, Config())
+
+
+def test_a_change_in_any_scan_module_changes_the_digest(tmp_path: Path) -> None:
+    # The extractors live in sub-packages (scan/cuda/, scan/python/): an edit there must
+    # not let a scan read back facts an older extractor wrote.
+    scan_code = Path(kfbot.scan.__file__).parent
+    copy = tmp_path / "scan"
+    shutil.copytree(scan_code, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert digest_of_code(copy) == code_digest()
+    walked = pkgutil.walk_packages(kfbot.scan.__path__, "kfbot.scan.")
+    modules = ["kfbot.scan", *(m.name for m in walked)]
+    assert "kfbot.scan.cuda.facts" in modules and "kfbot.scan.link.join" in modules
+    seen = {code_digest()}
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        path = copy / Path(spec.origin).relative_to(scan_code)
+        path.write_bytes(path.read_bytes() + b"\n# changed\n")
+        seen.add(digest_of_code(copy))
+    assert len(seen) == len(modules) + 1, "a module whose change left the digest as it was"
