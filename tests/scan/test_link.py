@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +279,33 @@ def test_a_pool_of_workers_reports_what_one_process_does(
     assert all(k.bindings and k.references for k in pooled.kernels)
     assert seen[-1] == (2 * count, 2 * count)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted by /proc")
+def test_beside_a_thread_threading_does_not_list_the_pool_spawns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A library's native thread (a cluster client's) may hold a lock at a fork, and a
+    # forked worker would wait on it for ever. One `_thread` starts is as unlisted.
+    from kfbot.scan import scanner
+    from kfbot.scan.forked import fork_safe
+
+    kinds: list[str] = []
+    start_pool = scanner._start_pool
+
+    def recorded(jobs: int) -> Any:
+        pool = start_pool(jobs)
+        kinds.extend(type(worker).__name__ for worker in pool._pool)  # type: ignore[attr-defined]
+        return pool
+
+    monkeypatch.setattr(scanner, "_start_pool", recorded)
+    root = _repo(tmp_path, _many_files(scanner.PARALLEL_THRESHOLD // 2))
+    held = _thread.allocate_lock()
+    held.acquire()
+    _thread.start_new_thread(held.acquire, ())  # waits until released, then ends
+    try:
+        assert not fork_safe()
+        pooled = scan(root, Config(), jobs=2)
+    finally:
+        held.release()
+    assert kinds == ["SpawnProcess", "SpawnProcess"]  # fresh workers import the scan anew
+    assert pooled == scan(root, Config(), jobs=1)
