@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,14 +29,21 @@ NOTE = "running the repository's code without a sandbox"
 
 # Prepended to the repository's test file: what it finds is said in the error that stops
 # its collection, which `kfbot verify --explain` shows (in the sandbox it can leave no
-# file behind). It says how many secrets it saw, never which.
+# file behind). It reads its own environment and every process's it may read (its
+# parent's among them, where it is allowed), and says how many secrets it saw, never
+# which, and how many processes it could read.
 TEST_SPY = '''
 import os
 _secrets = {secrets!r}
-_seen = open(f"/proc/{{os.getppid()}}/environ", "rb").read().decode(errors="replace")
-_seen += repr(dict(os.environ))
+_seen, _read = repr(dict(os.environ)), 0
+for _pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        _seen += open(f"/proc/{{_pid}}/environ", "rb").read().decode(errors="replace")
+        _read += 1
+    except OSError:
+        pass
 _found = [s for s in _secrets if s in _seen]
-raise AssertionError(f"SPY-FOUND {{len(_found)}} HOME={{os.environ.get('HOME')}}")
+raise AssertionError(f"SPY-FOUND {{len(_found)}} READ {{_read}} HOME={{os.environ.get('HOME')}}")
 '''
 
 
@@ -62,7 +70,9 @@ def test_the_repositorys_tests_find_no_secret_of_kfbot(tmp_path: Path, cache: Pa
                           timeout=900)
     said = done.stdout + done.stderr
     print(said[-3000:])
-    assert "SPY-FOUND 0 HOME=" in said, "the repository's tests never ran"
+    found = re.search(r"SPY-FOUND (\d+) READ (\d+) HOME=", said)
+    assert found is not None, "the repository's tests never ran"
+    assert found[1] == "0" and int(found[2]) >= 1, found[0]  # its own environ at least
     assert f"HOME={os.environ.get('HOME')}\n" not in said  # a scratch home
     for value in SECRETS.values():
         assert value not in said
