@@ -183,6 +183,10 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                           near_light(evaluations, settings.light_stop))
     confirmed: Confirmed | None = None
     try:
+        # Before the search, not after it: the repository's tests run once per mutant of
+        # the op (cached while they are unchanged), a cost the time the search plans with
+        # must already have paid rather than one the end of the run cannot afford.
+        adequacy = engine.adequacy()
         result = search.run()
         logged = {h: i.fitness for h, i in log.load().items() if i.fitness and i.fitness > 1.0}
         confirmed = confirm(evaluations, mut.candidates,
@@ -201,7 +205,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
-                              adequacy=engine.adequacy(), committed=committed,
+                              adequacy=adequacy, committed=committed,
                               confirmation=confirmed,
                               near_miss=held_miss or (None if committed else near_miss(
                                   evaluations, mut.candidates)),
