@@ -13,4 +13,4 @@ workers=${KFBOT_TEST_WORKERS:-2}
 if .venv/bin/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
   workers=0
 fi
-.venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+.venv/bin/python -m pytest -q -n "$workers" --dist loadfile --durations=25 "$@"

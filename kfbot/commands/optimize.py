@@ -153,7 +153,8 @@ def _one(task: KernelTask, settings: OptimizeSettings, args: argparse.Namespace,
                                         stoppers)
             return _finish(task, outcome, run_dir, settings, args, console, gpus)
     except RunStopped as stop:  # before the search began, or after its report was written
-        console.print(f"stopped: {stop.reason}; run folder {run_dir} (`kfbot optimize "
+        where = f" (in {stop.where})" if stop.where else ""
+        console.print(f"stopped: {stop.reason}{where}; run folder {run_dir} (`kfbot optimize "
                       f"--resume {run_id}` continues the search)", highlight=False)
         return stop.exit_code
 

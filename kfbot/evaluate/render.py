@@ -70,10 +70,21 @@ def print_step_details(step: StepReport, console: Console) -> None:
                         columns, 4)
     if step.suggestion:
         lines.append("             kfbot.yaml that would get past this step:")
-        # YAML is not wrapped: a folded line would no longer be the same YAML.
-        lines += [f"               {line}" for line in step.suggestion.splitlines()]
+        # YAML is not wrapped: a folded line would no longer be the same YAML. A comment
+        # that does not fit is left out instead.
+        lines += [_fit_yaml(f"               {line}", columns)
+                  for line in step.suggestion.splitlines()]
     for line in lines:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _fit_yaml(line: str, columns: int | None) -> str:
+    """A YAML line of a suggestion within `columns`: without its trailing comment where
+    the line is too long with it."""
+    if columns is None or len(line) <= columns:
+        return line
+    code, comment, _ = line.partition("  # ")
+    return code.rstrip() if comment else line
 
 
 def _columns(console: Console) -> int | None:

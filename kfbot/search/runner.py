@@ -87,7 +87,7 @@ from kfbot.search.provenance import lesson_doubt, lesson_line
 from kfbot.search.rewrites import load_rewrites
 from kfbot.search.runfolder import PATCH, REPORT, SCHEMA, UNCONFIRMED_PATCH, base_of
 from kfbot.search.sections import dropped_markdown, learned_from, llm_markdown
-from kfbot.search.stopping import RunStopped, shielded
+from kfbot.search.stopping import TIME_LIMIT, RunStopped, shielded
 from kfbot.search.target import target_code
 from kfbot.text import read_source
 
@@ -183,6 +183,10 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                           near_light(evaluations, settings.light_stop))
     confirmed: Confirmed | None = None
     try:
+        # Before the search, not after it: the repository's tests run once per mutant of
+        # the op (cached while they are unchanged), a cost the time the search plans with
+        # must already have paid rather than one the end of the run cannot afford.
+        adequacy = engine.adequacy()
         result = search.run()
         logged = {h: i.fitness for h, i in log.load().items() if i.fitness and i.fitness > 1.0}
         confirmed = confirm(evaluations, mut.candidates,
@@ -201,7 +205,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
     best_eval = evaluations.get(best.hash) if best else None
     best_cand = mut.candidates.get(best.hash) if best else None
     outcome = OptimizeOutcome(result, best_eval, best_cand, budget.spent(),
-                              adequacy=engine.adequacy(), committed=committed,
+                              adequacy=adequacy, committed=committed,
                               confirmation=confirmed,
                               near_miss=held_miss or (None if committed else near_miss(
                                   evaluations, mut.candidates)),
@@ -211,13 +215,31 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
                               lineage=lineage(committed[1], mut.candidates) if committed
                               else ())
     outcome.dropped_rewrites, outcome.llm = learned_from(mut)
-    if committed is not None and (budget.seconds_left() is None
-                                  or (budget.seconds_left() or 0.0) > budget.pace.again_s()):
-        outcome.variants, outcome.variant_note = variants_where_timed(
-            engine, task, [*committed[0].timings, *(held.timings if held and held.ok else ())])
+    signalled = _time_variants(outcome, engine, task, budget)
     with shielded():
         outcome.files = write_outputs(task, outcome, run_dir, settings)
+    if signalled is not None:
+        raise signalled  # the report of the confirmed candidate is written
     return outcome
+
+
+def _time_variants(outcome: OptimizeOutcome, engine: GpuFacts, task: KernelTask,
+                   budget: Budget) -> RunStopped | None:
+    """The repository's variants timed beside the confirmed candidate, where time is left.
+    A stop meanwhile leaves them untimed and the confirmed figure standing: the time
+    limit ends the run as finished, a signal once its report is written (returned)."""
+    if outcome.committed is None or not (budget.seconds_left() is None
+                                         or (budget.seconds_left() or 0.0) > budget.pace.again_s()):
+        return None
+    held = outcome.held_out
+    try:
+        outcome.variants, outcome.variant_note = variants_where_timed(
+            engine, task, [*outcome.committed[0].timings,
+                           *(held.timings if held and held.ok else ())])
+    except RunStopped as stop:
+        outcome.variant_note = f"the repository's variants were not timed: {stop.reason} first"
+        return None if TIME_LIMIT in stop.reason else stop
+    return None
 
 
 def near_light(evaluations: Mapping[str, Evaluation], threshold: float | None

@@ -31,10 +31,22 @@ class RunStopped(BaseException):
     """The run must end now. A BaseException, as KeyboardInterrupt is, so that no
     `except Exception` on the way up takes it for a failure of its own."""
 
-    def __init__(self, reason: str, exit_code: int) -> None:
+    def __init__(self, reason: str, exit_code: int, where: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
         self.exit_code = exit_code
+        self.where = where  # kfbot's code the stop came in, for a stop no step caught
+
+
+def _where(frame: FrameType | None) -> str:
+    """The innermost of kfbot's own frames (`kfbot/search/variants.py:88 in time_all`)."""
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if "/kfbot/" in name and not name.endswith("/stopping.py"):
+            short = "kfbot/" + name.rsplit("/kfbot/", 1)[1]
+            return f"{short}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return ""
 
 
 class _State:
@@ -56,7 +68,6 @@ def stop_on(limit_s: float | None = None, started: float | None = None,
     fired: list[bool] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        del frame
         if fired:
             return  # already stopping
         fired.append(True)
@@ -65,9 +76,11 @@ def stop_on(limit_s: float | None = None, started: float | None = None,
         if on_stop is not None:
             on_stop()
         if signum == signal.SIGALRM:
-            stop = RunStopped(f"the {TIME_LIMIT} ({limit_s:g} s) was reached", EXIT_FAILURE)
+            stop = RunStopped(f"the {TIME_LIMIT} ({limit_s:g} s) was reached", EXIT_FAILURE,
+                              _where(frame))
         else:
-            stop = RunStopped(f"{signal.Signals(signum).name} received", 128 + signum)
+            stop = RunStopped(f"{signal.Signals(signum).name} received", 128 + signum,
+                              _where(frame))
         if _State.shields:
             _State.pending = stop
             return

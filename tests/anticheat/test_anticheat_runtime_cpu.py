@@ -80,6 +80,8 @@ def test_kernel_names_from_profiler_names() -> None:
 
     assert kernel_identifier("gelu_kernel(float const*, float*, long)") == "gelu_kernel"
     assert kernel_identifier("void ns::softmax<128, float>(float const*, float*)") == "softmax"
+    assert kernel_identifier("void rowlib::(anonymous namespace)::row_scale_kernel<float>"
+                             "(float const*, float*, float, long)") == "row_scale_kernel"
     assert kernel_identifier(
         "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl"
         "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#1}>(int, float*)"

@@ -222,14 +222,18 @@ def test_an_attribute_of_a_factorys_result_is_the_op_not_a_wrapper() -> None:
     fixtures = Path(__file__).resolve().parents[2] / "fixtures"
     outers = {}
     for fixture, kernel in (("tunables_matmul", "matmul_tiled"),
-                            ("pkg_chain", "swiglu_kernel"), ("naive_rows", "softmax_kernel")):
+                            ("pkg_chain", "swiglu_kernel"), ("naive_rows", "softmax_kernel"),
+                            ("observe_pairs", "free_kernel"),
+                            ("subfolder_setup", "nearest2d/nearest.cu::nearest_kernel")):
         root = fixtures / fixture
         config = load_config(None, root)
         task = make_task(select_kernel(scan(root, config).kernels, kernel), root, config)
         outers[kernel] = [r.outer for r in task.references]
     assert outers == {"matmul_tiled": [None, None],
                       "swiglu_kernel": ["fusedact.ops:swiglu", "fusedact.GatedActivation:swiglu"],
-                      "softmax_kernel": ["rows:softmax"]}
+                      "softmax_kernel": ["rows:softmax"],
+                      # the test calls the extension's function itself: no wrapper
+                      "free_kernel": [None], "nearest2d/nearest.cu::nearest_kernel": [None]}
 
 
 def test_a_factory_module_is_read_only_inside_the_repository(tmp_path: Path) -> None:

@@ -251,3 +251,24 @@ def test_what_the_id_left_in_tmp_and_dev_shm_is_removed(tmp_path: Path) -> None:
 def _litter(mark: str) -> list[Path]:
     return sorted(p for shared in ("/tmp", "/var/tmp", "/dev/shm")
                   for p in Path(shared).glob(f"{mark}-*"))
+
+
+DRIVER_WHOAMI = """
+import subprocess, sys
+from kfbot.evaluate.sandbox import confined, untrusted_env
+folder = sys.argv[1]
+env = untrusted_env()
+code = "import getpass, os; print(getpass.getuser(), os.getuid(), os.path.expanduser('~'))"
+argv = confined([sys.executable, "-c", code], folder, [folder], env=env)
+print(subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True).stdout)
+"""
+
+
+def test_the_lent_id_has_a_user_name_without_a_passwd_entry(tmp_path: Path) -> None:
+    """torch asks `getpass.getuser()` for its extension cache: the lent id, which has no
+    passwd entry, must still have a name (it once stopped the GPU worker's start)."""
+    tmp_path.chmod(0o755)
+    code, said = _kfbot(DRIVER_WHOAMI, tmp_path / "log", str(tmp_path))
+    assert code == 0, said
+    name, uid, home = said.split()
+    assert name == f"kfbot{uid}" and int(uid) != 0 and home != "/root", said

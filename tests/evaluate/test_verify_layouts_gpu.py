@@ -125,7 +125,8 @@ def test_verify_explain_prints_every_step(tmp_path: Path) -> None:
                            str(FIXTURES / "setup_rowsum"), "--explain"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    steps = [line.split()[:2] for line in done.stdout.splitlines()[:6]]
-    assert steps == [["pair", "ok"], ["build", "ok"], ["import", "ok"], ["capture", "ok"],
+    steps = [line.split()[:2] for line in done.stdout.splitlines()[:7]]
+    assert steps == [["environment", "ok"], ["pair", "ok"], ["build", "ok"], ["import", "ok"],
+                     ["capture", "ok"],
                      ["reference", "ok"], ["comparison", "ok"]], done.stdout
     assert "kfbot's build of rowsum_ext" in done.stdout

@@ -296,9 +296,9 @@ class Capture:
 
     def _settle(self, frame: _Frame, result: object) -> None:
         """The op's calls made inside a wrapper call, kept with how they got there."""
-        for sig, op_args, returned_none in frame.pending:
+        for sig, op_args, in_args in frame.pending:
             mapped, consts = trace(frame.args, op_args, _same)
-            back = returned(result, op_args) if returned_none else ()
+            back = returned(result, op_args) if in_args else ()
             self._keep(replace(sig, via=Via(frame.outer, mapped, consts, back)))
 
     def _loader_wrapper(self, original: AnyCallable) -> AnyCallable:
@@ -346,7 +346,10 @@ class Capture:
         stack: list[_Frame] = self._frames.__dict__.get("stack", [])
         if described is not None and stack:
             # The test called the outermost wrapper: the reference is over its arguments.
-            stack[0].pending.append((described, tuple(args), result is None))
+            # Nothing or a status returned: the op answers in its arguments, and what the
+            # wrapper returned of them is its output.
+            in_args = result is None or isinstance(result, (bool, int))
+            stack[0].pending.append((described, tuple(args), in_args))
         elif described is not None:
             self._keep(described)
         if self.request.mutant:

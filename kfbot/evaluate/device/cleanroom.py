@@ -22,6 +22,7 @@ import torch
 
 from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device import health
+from kfbot.evaluate.device.answers import tensors
 from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.loading import Op, load_op
 from kfbot.evaluate.device.references import leniency, references_for
@@ -31,7 +32,6 @@ from kfbot.evaluate.device.verify import (
     call,
     compare_outputs,
     reference_output,
-    tensors,
 )
 from kfbot.evaluate.inputs.contract import RECORDED, Trial, shape_label
 from kfbot.evaluate.verdict.tolerances import Tolerance

@@ -16,6 +16,7 @@ import torch
 
 from kfbot.evaluate.capture.signature import CallSignature
 from kfbot.evaluate.device import environment, health
+from kfbot.evaluate.device.answers import tensors
 from kfbot.evaluate.device.cleanroom import save_outputs
 from kfbot.evaluate.device.cleanroom import specs as clean_specs
 from kfbot.evaluate.device.lenient import Leniency, relaxed
@@ -42,7 +43,6 @@ from kfbot.evaluate.device.verify import (
     record,
     reference_output,
     repeat_records,
-    tensors,
     verify,
 )
 from kfbot.evaluate.inputs.contract import RECORDED, Trial, shape_label

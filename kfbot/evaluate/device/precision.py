@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import torch
 
-from kfbot.evaluate.device.verify import InputSet, call, reference_output, tensors
+from kfbot.evaluate.device.answers import tensors
+from kfbot.evaluate.device.verify import InputSet, call, reference_output
 
 Verdict = Literal["strict", "warn", "note"]
 WARN_BITS = 5.0

@@ -108,7 +108,9 @@ def _is_kernel(name: str) -> bool:
 
 def kernel_identifier(name: str) -> str:
     """`void ns::softmax_kernel<128>(float const*, ...)` -> `softmax_kernel`."""
-    head = name.split("(", 1)[0]
+    # `(anonymous namespace)` holds the first parenthesis of `void a::(anonymous
+    # namespace)::k<float>(...)`; it is not where the parameters begin.
+    head = name.replace("(anonymous namespace)", "anonymous").split("(", 1)[0]
     head = re.sub(r"<.*", "", head).strip()
     head = head.rsplit(" ", 1)[-1]
     return head.rsplit("::", 1)[-1]

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from kfbot.evaluate.device.answers import tensors
 from kfbot.evaluate.device.probes import wall_clock_us
 from kfbot.evaluate.device.timing import Check, L2Flusher
 from kfbot.evaluate.device.verify import (
@@ -24,7 +25,6 @@ from kfbot.evaluate.device.verify import (
     close_flag,
     compare_outputs,
     record,
-    tensors,
 )
 
 # The second timer may see the candidate's GPU time as at most this much longer than

@@ -20,6 +20,13 @@ from typing import Any
 import torch
 
 from kfbot.evaluate.capture.via import Via
+from kfbot.evaluate.device.answers import (
+    fits,
+    for_reference,
+    holds_tensor,
+    in_arguments,
+    tensors,
+)
 from kfbot.evaluate.device.lenient import Leniency, relaxed
 from kfbot.evaluate.device.probes import (
     mutated,
@@ -102,18 +109,6 @@ def _reference(ref: Op, inputs: InputSet) -> tuple[Any, Callable[[], Any] | None
     return out, (lambda: call(ref, inputs)) if upcast_ok else None
 
 
-def fits(reference_out: Any, op_out: Any) -> bool:
-    """Whether a reference's output has the op's shape of outputs (a test may check one
-    of two outputs, or a wrapper's result the op does not return)."""
-    return len(tensors(reference_out)) == len(tensors(op_out))
-
-
-def tensors(out: Any) -> list[Any]:
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in tensors(o)]
-    return [out]
-
-
 def input_bytes(inputs: InputSet) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_in([inputs.args, inputs.kwargs]))
 
@@ -142,6 +137,15 @@ class Run:
     error: str | None = None
     mutated: tuple[int, ...] = ()
     poison: int | None = None
+    in_args: bool = False  # `out` is the op's tensor arguments (`answers.in_arguments`)
+
+    def for_reference(self, want: Any) -> Run:
+        """This run as a reference computing `want` judges it: an answer in arguments
+        narrowed to the arguments the reference computes (`answers.for_reference`)."""
+        if not self.in_args or self.error is not None or fits(want, self.out):
+            return self
+        part = for_reference(self.out, want)
+        return self if part is None else replace(self, out=part)
 
 
 def run(fn: Op, inputs: InputSet, byte: int | None, *, watch: bool = True,
@@ -161,7 +165,7 @@ def run(fn: Op, inputs: InputSet, byte: int | None, *, watch: bool = True,
         return replace(called, poison=byte)
     with _adding(spent, "watch"):
         changed = tuple(mutated(before, [args, kwargs])) if watch else ()
-    return Run(called.out, None, changed, byte)
+    return replace(called, mutated=changed, poison=byte)
 
 
 @contextlib.contextmanager
@@ -174,11 +178,9 @@ def _adding(spent: dict[str, float], name: str) -> Iterator[None]:
 
 
 def _call(fn: Op, args: list[Any], kwargs: dict[str, Any], via: Via | None = None) -> Run:
-    """One call, waited for: its output, or the error it raised. An op that returns
-    nothing (`rms_norm(Tensor! out, ...) -> ()`) answers in its arguments: its output is
-    what the test's wrapper returned of them (`via`), else every tensor argument after
-    the call, so a candidate that leaves `out` unwritten differs from the original
-    instead of matching its None."""
+    """One call, waited for: its output, or the error it raised. An op that returns no
+    tensor (nothing, or a status) answers in its arguments: its output is what the test's
+    wrapper returned of them (`via`), else `answers.in_arguments`."""
     try:
         out = fn(*args, **kwargs)
         torch.cuda.synchronize()
@@ -186,15 +188,11 @@ def _call(fn: Op, args: list[Any], kwargs: dict[str, Any], via: Via | None = Non
         if cuda_error_kind(str(exc)) is not None:
             raise  # a sticky CUDA error: the worker must restart; the engine records it
         return Run(error=f"{type(exc).__name__}: {exc}"[:500])
-    if out is not None:
+    if holds_tensor(out):
         return Run(out)
-    return Run(via.output(args) if via is not None and via.result else written(args, kwargs))
-
-
-def written(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The tensor arguments of a call, positional then keyword, in order."""
-    values = tensors([*args, *(kwargs[k] for k in sorted(kwargs))])
-    return tuple(v for v in values if isinstance(v, torch.Tensor))
+    if via is not None and via.result:
+        return Run(via.output(args))
+    return Run(in_arguments(out, args, kwargs), in_args=True)
 
 
 def record(inputs: InputSet, against: str, passed: bool, check: str, **extra: Any) -> Record:
@@ -325,7 +323,7 @@ def check_candidate(
         # first input set: the snapshots it takes cost as much as the call.
         base = run(original, inputs, None, watch=ctx.original_mutates is None, spent=ctx.spent)
         if base.error is None:
-            if expected and not fits(expected[0][1], base.out):
+            if expected and not fits(expected[0][1], base.for_reference(expected[0][1]).out):
                 expected.clear()  # a reference of another shape than the op's: not a judge
             if ctx.original_mutates is None:
                 ctx.original_mutates = bool(base.mutated)
@@ -340,7 +338,8 @@ def check_candidate(
     runs = (first,) if second is None else (first, second)
     records = _mutation_records(inputs, runs, ctx.in_place or bool(ctx.original_mutates))
     judged = [(against, want, fallback,
-               judge(first, want, inputs, against, ctx, fallback, NOTES[against]))
+               judge(_as_judged(first, against, want), want, inputs, against, ctx, fallback,
+                     NOTES[against]))
               for against, want, fallback in expected]
     quick = second is not None and all(rec["passed"] for *_, rec in judged) \
         and second.error is None \
@@ -349,14 +348,19 @@ def check_candidate(
         if quick:
             rec["run"] = f"{rec['run']}, then with {POISON_NAMES[POISON_FINITE]}"
         elif second is not None and rec["passed"]:
-            rec = judge(second, want, inputs, against, ctx, fallback, NOTES[against])
+            rec = judge(_as_judged(second, against, want), want, inputs, against, ctx,
+                        fallback, NOTES[against])
         records.append(own_non_finite(rec, second, want))
     seen = ctx.first_outputs.setdefault(inputs.group or inputs.label, [])
     if first.error is None and expected and len(seen) < 2:
         # Two per group are all `constant_records` compares; holding more would only
         # crowd the allocator, whose every block the poisoning visits.
-        seen.append((first.out, expected[0][1], inputs.label))
+        seen.append((_as_judged(first, *expected[0][:2]).out, expected[0][1], inputs.label))
     return records
+
+
+def _as_judged(result: Run, against: str, want: Any) -> Run:
+    return result.for_reference(want) if against == "reference" else result
 
 
 def own_non_finite(rec: Record, second: Run | None, expected: Any) -> Record:
@@ -511,7 +515,7 @@ def verify(
         if original is None:  # the baseline: the original against its reference
             byte = POISON_NAN if ctx.probes else None
             want, fallback = _reference(ref, inputs) if ref is not None else (None, None)
-            got = run(fn, inputs, byte) if ref is not None else None
+            got = run(fn, inputs, byte).for_reference(want) if ref is not None else None
             if got is not None and (got.error is not None or fits(want, got.out)):
                 records.append(judge(got, want, inputs, "reference", ctx, fallback))
             else:

@@ -182,7 +182,10 @@ def spec(lent: Lease, view: View, file_bytes: int) -> dict[str, object]:
     """What the launcher needs to start the command as the lent id."""
     return {"mode": METHOD, "uid": lent.uid, "gid": lent.gid, "umask": 0o002, "cwd": view.cwd,
             "parent": os.getpid(), "file_bytes": file_bytes,
-            "env": {"HOME": lent.home, "TMPDIR": lent.tmp}}
+            # The lent id has no passwd entry: `getpass.getuser()` (torch's extension
+            # and compile caches ask it) reads these before it would ask for one.
+            "env": {"HOME": lent.home, "TMPDIR": lent.tmp, "USER": f"kfbot{lent.uid}",
+                    "LOGNAME": f"kfbot{lent.uid}"}}
 
 
 def _free_id() -> int:

@@ -315,6 +315,6 @@ def instantiations(split: Split, undefined: Iterable[str]) -> list[str] | Refuse
 
 
 def _instance_of(symbol: str, name: str) -> bool:
-    head = symbol.split("(", 1)[0]
+    head = symbol.replace("(anonymous namespace)", "anonymous").split("(", 1)[0]
     at = head.find(f"{name}<")
     return at >= 0 and (at == 0 or head[at - 1] in " :") and symbol.endswith(")")
