@@ -216,6 +216,15 @@ def _output_file() -> int:
     return fd
 
 
+def _next_message(child: _Child) -> _Outcome | None:
+    """The next whole message the child sent, a protocol error, or None while none is in."""
+    try:
+        message = child.reader.pop()
+    except _ProtocolError as exc:
+        return _Outcome("protocol", detail=str(exc))
+    return None if message is None else _Outcome("message", message)
+
+
 def _read_available(fd: int) -> tuple[bytes, bool]:
     """What the non-blocking pipe holds now, and whether the writer has closed it."""
     chunks: list[bytes] = []
@@ -430,12 +439,9 @@ class WorkerSession:
         if unsent:
             poller.register(child.requests_fd, select.POLLOUT)
         while True:
-            try:
-                message = child.reader.pop()
-            except _ProtocolError as exc:
-                return _Outcome("protocol", detail=str(exc))
-            if message is not None:
-                return _Outcome("message", message)
+            read = _next_message(child)
+            if read is not None:
+                return read
             if os.fstat(child.output_fd).st_size > self._output_cap:
                 return _Outcome("flood")
             remaining = deadline - time.monotonic()
@@ -458,12 +464,9 @@ class WorkerSession:
         if not closed:
             data, closed = _read_available(child.results_fd)
             child.reader.feed(data)
-        try:
-            message = child.reader.pop()
-        except _ProtocolError as exc:
-            return _Outcome("protocol", detail=str(exc))
-        if message is not None:
-            return _Outcome("message", message)
+        read = _next_message(child)
+        if read is not None:
+            return read
         deadline = time.monotonic() + _EXIT_GRACE_S
         while not has_exited(child.proc) and time.monotonic() < deadline:
             time.sleep(_TICK_S)

@@ -106,24 +106,16 @@ def _choose(kernel: sx.Node) -> tuple[str, list[_Pass]] | None:
 
 def _block_pass(kernel: sx.Node, loop: sx.Node) -> tuple[str, str] | None:
     """(j, bound) of `for (int j = <thread index>; j < bound; j += blockDim.x)`."""
-    init, cond, update = (sx.field(loop, k) for k in ("initializer", "condition", "update"))
-    if init is None or cond is None or update is None or init.type != "declaration":
+    header = sx.less_than_loop(loop)
+    if header is None:
         return None
-    sole = sx.sole_init(init)
-    if sole is None:
-        return None
-    j, start = sx.text(sole[0]), sole[1]
-    bound = sx.field(cond, "right")
-    if start is None or bound is None or sx.text(sx.field(cond, "left")) != j \
-            or sx.text(sx.field(cond, "operator")) != "<" \
-            or not sx.is_thread_index(kernel, sx.strip(start)):
+    j, start, bound, update, body = header
+    if not sx.is_thread_index(kernel, sx.strip(start)):
         return None
     if update.type != "assignment_expression" or sx.text(sx.field(update, "left")) != j \
             or "".join(sx.text(sx.field(update, "right")).split()) not in _BLOCK_STEPS:
         return None
-    body = sx.field(loop, "body")
-    if body is None or sx.assigned(body, j) or any(sx.assigned(body, n)
-                                                   for n in sx.identifiers(bound)):
+    if sx.assigned(body, j) or any(sx.assigned(body, n) for n in sx.identifiers(bound)):
         return None
     return j, "".join(sx.text(bound).split())
 

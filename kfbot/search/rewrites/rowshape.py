@@ -208,19 +208,11 @@ def _scalar_statement(stmt: sx.Node, writes: list[sx.Node]) -> bool:
 
 
 def column_loop(loop: sx.Node) -> ColumnLoop | None:
-    init, cond, update, body = (sx.field(loop, k)
-                                for k in ("initializer", "condition", "update", "body"))
-    if init is None or cond is None or update is None or body is None \
-            or init.type != "declaration":
+    header = sx.less_than_loop(loop)
+    if header is None:
         return None
-    sole = sx.sole_init(init)
-    if sole is None:
-        return None
-    j, start = sx.text(sole[0]), sole[1]
-    bound = sx.field(cond, "right")
-    if start is None or bound is None or cond.type != "binary_expression" \
-            or sx.text(sx.field(cond, "left")) != j or sx.text(sx.field(cond, "operator")) != "<" \
-            or j in sx.identifiers(bound) or j in sx.identifiers(start):
+    j, start, bound, update, body = header
+    if j in sx.identifiers(bound) or j in sx.identifiers(start):
         return None
     if sx.norm(update) not in (f"++{j}", f"{j}++", f"{j}+=1", f"{j}={j}+1"):
         return None

@@ -98,6 +98,24 @@ def sole_init(decl: Node) -> tuple[Node | None, Node | None] | None:
     return field(decls[0], "declarator"), field(decls[0], "value")
 
 
+def less_than_loop(loop: Node) -> tuple[str, Node, Node, Node, Node] | None:
+    """(j, start, bound, update, body) of `for (T j = start; j < bound; update) body`, the
+    header every row and column loop the rewrites read has; None for any other loop."""
+    init, cond, update, body = (field(loop, k)
+                                for k in ("initializer", "condition", "update", "body"))
+    if init is None or cond is None or update is None or body is None \
+            or init.type != "declaration" or cond.type != "binary_expression":
+        return None
+    sole = sole_init(init)
+    if sole is None or sole[1] is None:
+        return None
+    j, start = text(sole[0]), sole[1]
+    bound = field(cond, "right")
+    if bound is None or text(field(cond, "left")) != j or text(field(cond, "operator")) != "<":
+        return None
+    return j, start, bound, update, body
+
+
 def declares_zero(decl: Node, name: str) -> bool:
     """`decl` is `T name = 0;`, zero spelt any way `ZERO_LITERALS` knows."""
     sole = sole_init(decl)
