@@ -7,7 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kfbot.evaluate.device.answers import for_reference, holds_tensor, in_arguments  # noqa: E402
+from kfbot.evaluate.capture.via import answers_in_arguments  # noqa: E402
+from kfbot.evaluate.device.answers import for_reference, in_arguments  # noqa: E402
 
 
 def _nearest_call() -> tuple[list[object], object]:
@@ -25,7 +26,8 @@ def test_a_status_return_answers_with_every_tensor_argument_and_the_status() -> 
     assert len(answer) == 5 and answer[-1] == 1
     assert all(x is y for x, y in zip(answer[:4], args, strict=True))
     assert in_arguments(None, args, {"out": args[2]})[-1] is args[2]  # keywords after
-    assert not holds_tensor(1) and not holds_tensor(None) and holds_tensor((1, args[0]))
+    assert answers_in_arguments(1) and answers_in_arguments(None)
+    assert not answers_in_arguments((1, args[0])) and not answers_in_arguments(0.5)
 
 
 def test_a_reference_is_compared_with_the_one_argument_of_its_shape_and_kind() -> None:

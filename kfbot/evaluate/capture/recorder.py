@@ -52,7 +52,7 @@ from kfbot.evaluate.capture.describe import compiling, describe
 from kfbot.evaluate.capture.imports import PostImportFinder, current_finder
 from kfbot.evaluate.capture.protocol import CAPTURE_ENV, CaptureFile, CaptureRequest
 from kfbot.evaluate.capture.signature import CallSignature, OpRef, merge_pair, signature_key
-from kfbot.evaluate.capture.via import Via, returned, trace
+from kfbot.evaluate.capture.via import Via, answers_in_arguments, returned, trace
 
 if TYPE_CHECKING:
     pass
@@ -346,10 +346,9 @@ class Capture:
         stack: list[_Frame] = self._frames.__dict__.get("stack", [])
         if described is not None and stack:
             # The test called the outermost wrapper: the reference is over its arguments.
-            # Nothing or a status returned: the op answers in its arguments, and what the
-            # wrapper returned of them is its output.
-            in_args = result is None or isinstance(result, (bool, int))
-            stack[0].pending.append((described, tuple(args), in_args))
+            # An op answering in its arguments: what the wrapper returned of them is its
+            # output.
+            stack[0].pending.append((described, tuple(args), answers_in_arguments(result)))
         elif described is not None:
             self._keep(described)
         if self.request.mutant:

@@ -78,6 +78,12 @@ def trace(outer_args: Sequence[Any], op_args: Sequence[Any],
     return tuple(args), tuple(consts)
 
 
+def answers_in_arguments(result: object) -> bool:
+    """An op that returns nothing or a status (`int nearest_forward(...)` returning 1)
+    answers in the arguments it was handed."""
+    return result is None or isinstance(result, (bool, int))
+
+
 def returned(result: Any, op_args: Sequence[Any]) -> tuple[int, ...]:
     """Which op arguments the wrapper returned (itself, or in a tuple or list), by
     identity; () when it returned anything else."""

@@ -30,12 +30,6 @@ def fits(reference_out: Any, op_out: Any) -> bool:
     return len(tensors(reference_out)) == len(tensors(op_out))
 
 
-def holds_tensor(out: Any) -> bool:
-    if isinstance(out, (list, tuple)):
-        return any(holds_tensor(o) for o in out)
-    return isinstance(out, torch.Tensor)
-
-
 def written(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
     """The tensor arguments of a call, positional then keyword, in order."""
     values = tensors([*args, *(kwargs[k] for k in sorted(kwargs))])
@@ -43,8 +37,8 @@ def written(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def in_arguments(out: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The answer of an op that returned `out`, no tensor: its tensor arguments, and the
-    status it returned, if any (a candidate must return the same)."""
+    """The answer of an op that returned `out`, nothing or a status: its tensor arguments,
+    and the status, if any (a candidate must return the same)."""
     answer = written(args, kwargs)
     return answer if out is None else (*answer, out)
 
@@ -53,11 +47,11 @@ def for_reference(answer: Any, want: Any) -> Any | None:
     """The part of an answer in arguments a reference's output `want` is compared with:
     per output of the reference, the one argument of its shape and kind (floating or
     not); None where none or several fit."""
-    wanted = tensors(want)
-    got = [a for a in tensors(answer) if isinstance(a, torch.Tensor)]
+    wanted, values = tensors(want), tensors(answer)
     if len(wanted) == 1 and not isinstance(wanted[0], torch.Tensor):
-        status = tensors(answer)[-1]  # a count the op returned beside what it wrote
+        status = values[-1]  # a count the op returned beside what it wrote
         return status if not isinstance(status, torch.Tensor) else None
+    got = [a for a in values if isinstance(a, torch.Tensor)]
     picked = []
     for w in wanted:
         if not isinstance(w, torch.Tensor):

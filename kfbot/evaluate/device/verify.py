@@ -19,11 +19,10 @@ from typing import Any
 
 import torch
 
-from kfbot.evaluate.capture.via import Via
+from kfbot.evaluate.capture.via import Via, answers_in_arguments
 from kfbot.evaluate.device.answers import (
     fits,
     for_reference,
-    holds_tensor,
     in_arguments,
     tensors,
 )
@@ -178,9 +177,10 @@ def _adding(spent: dict[str, float], name: str) -> Iterator[None]:
 
 
 def _call(fn: Op, args: list[Any], kwargs: dict[str, Any], via: Via | None = None) -> Run:
-    """One call, waited for: its output, or the error it raised. An op that returns no
-    tensor (nothing, or a status) answers in its arguments: its output is what the test's
-    wrapper returned of them (`via`), else `answers.in_arguments`."""
+    """One call, waited for: its output, or the error it raised. An op that returns
+    nothing or a status answers in its arguments (`via.answers_in_arguments`, as the
+    capture decides it): its output is what the test's wrapper returned of them (`via`),
+    else `answers.in_arguments`."""
     try:
         out = fn(*args, **kwargs)
         torch.cuda.synchronize()
@@ -188,7 +188,7 @@ def _call(fn: Op, args: list[Any], kwargs: dict[str, Any], via: Via | None = Non
         if cuda_error_kind(str(exc)) is not None:
             raise  # a sticky CUDA error: the worker must restart; the engine records it
         return Run(error=f"{type(exc).__name__}: {exc}"[:500])
-    if holds_tensor(out):
+    if not answers_in_arguments(out):
         return Run(out)
     if via is not None and via.result:
         return Run(via.output(args))
