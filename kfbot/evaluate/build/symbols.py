@@ -181,7 +181,7 @@ def parse_symbol(text: str, source: Source = "symbol table") -> KernelSymbol | N
     None for what is not a function name (data, derived stubs, an unread mangling)."""
     if text.startswith(_DERIVED) or text.startswith("_Z"):
         return None
-    head = _before_params(text)
+    head = before_params(text)
     if head is None and source == "symbol table":
         head = text  # a C name (extern "C"), which has no parameter list
     if head is None:
@@ -196,8 +196,10 @@ def parse_symbol(text: str, source: Source = "symbol table") -> KernelSymbol | N
     return KernelSymbol(text, "::".join(scopes), last, args, source)
 
 
-def _before_params(text: str) -> str | None:
-    """Everything before the parameter list's `(` at template depth 0."""
+def before_params(text: str) -> str | None:
+    """Everything before the parameter list's `(` at template depth 0 (the parenthesis of
+    `(anonymous namespace)` and those inside template arguments are not it); None for a
+    name without one."""
     depth = 0
     for i, ch in enumerate(text):
         if ch == "<":

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from kfbot.evaluate.build.symbols import parse_symbol
+
 Op = Callable[..., Any]
 
 def poisoned_elements(t: torch.Tensor, byte: int) -> int:
@@ -107,13 +109,11 @@ def _is_kernel(name: str) -> bool:
 
 
 def kernel_identifier(name: str) -> str:
-    """`void ns::softmax_kernel<128>(float const*, ...)` -> `softmax_kernel`."""
-    # `(anonymous namespace)` holds the first parenthesis of `void a::(anonymous
-    # namespace)::k<float>(...)`; it is not where the parameters begin.
-    head = name.replace("(anonymous namespace)", "anonymous").split("(", 1)[0]
-    head = re.sub(r"<.*", "", head).strip()
-    head = head.rsplit(" ", 1)[-1]
-    return head.rsplit("::", 1)[-1]
+    """`void ns::softmax_kernel<128>(float const*, ...)` -> `softmax_kernel`: read as the
+    build reads a library's symbols (`void a::(anonymous namespace)::k<float>(...)` too);
+    a name that reading does not take comes back whole."""
+    parsed = parse_symbol(name)
+    return parsed.name if parsed is not None else name
 
 
 def is_benign(name: str) -> bool:

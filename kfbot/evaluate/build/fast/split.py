@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kfbot.evaluate.build.fast.units import Item, items
+from kfbot.evaluate.build.symbols import before_params
 
 # Headers of torch and Python: a unit that includes one is slow to compile, and the
 # kernel's unit must not include any.
@@ -315,6 +316,6 @@ def instantiations(split: Split, undefined: Iterable[str]) -> list[str] | Refuse
 
 
 def _instance_of(symbol: str, name: str) -> bool:
-    head = symbol.replace("(anonymous namespace)", "anonymous").split("(", 1)[0]
+    head = before_params(symbol) or ""
     at = head.find(f"{name}<")
     return at >= 0 and (at == 0 or head[at - 1] in " :") and symbol.endswith(")")
