@@ -125,6 +125,12 @@ class Budget:
             return None
         return self.limits.seconds - self.seconds
 
+    def time_for_again(self) -> bool:
+        """Whether the time left allows one more evaluation of a candidate already built
+        (the winner's second one, its variants' timing)."""
+        left = self.seconds_left()
+        return left is None or left > self.pace.again_s()
+
     def room(self, wanted: int) -> tuple[int, str]:
         """How many of `wanted` evaluations can start now and still finish, with the
         end of the run's reserve kept; when none can, why, in words."""

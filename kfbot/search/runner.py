@@ -191,8 +191,7 @@ def optimize(task: KernelTask, engine: GpuFacts, settings: OptimizeSettings, run
         logged = {h: i.fitness for h, i in log.load().items() if i.fitness and i.fitness > 1.0}
         confirmed = confirm(evaluations, mut.candidates,
                             lambda c: executor.evaluate([c])[0][1], logged,
-                            lambda: budget.seconds_left() is None or
-                            (budget.seconds_left() or 0.0) > budget.pace.again_s())
+                            budget.time_for_again)
         committed, held, held_note, held_miss = where_it_holds(engine, confirmed.committed)
     except RunStopped as stop:  # write what is verified so far; the command says it stopped
         outcome = stopped_outcome(search.result(stop.reason), evaluations,
@@ -228,8 +227,7 @@ def _time_variants(outcome: OptimizeOutcome, engine: GpuFacts, task: KernelTask,
     """The repository's variants timed beside the confirmed candidate, where time is left.
     A stop meanwhile leaves them untimed and the confirmed figure standing: the time
     limit ends the run as finished, a signal once its report is written (returned)."""
-    if outcome.committed is None or not (budget.seconds_left() is None
-                                         or (budget.seconds_left() or 0.0) > budget.pace.again_s()):
+    if outcome.committed is None or not budget.time_for_again():
         return None
     held = outcome.held_out
     try:
