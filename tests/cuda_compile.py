@@ -6,6 +6,7 @@ that needs nvcc skips itself when it is not on PATH.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -13,8 +14,28 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 NVCC = shutil.which("nvcc")
 ARCH = "-arch=sm_90"
+
+
+@functools.cache
+def torch_includes() -> tuple[str, ...]:
+    """torch's C++ include folders; the calling test is skipped where torch is missing."""
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    return tuple(cpp_extension.include_paths())
+
+
+def cuda_include() -> str | None:
+    """The CUDA toolkit's include folder (cuda_runtime.h), or None."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    if NVCC:
+        candidates.append(str(Path(NVCC).resolve().parent.parent))
+    for home in candidates:
+        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
+            return str(Path(home) / "include")
+    return None
 
 
 def compile_all(sources: Mapping[str, str], folder: Path, flags: Sequence[str] = ()

@@ -9,7 +9,6 @@ These compiles need nvcc / g++ and torch's headers; they run two at a time.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
@@ -21,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from cuda_compile import NVCC, cuda_include, torch_includes
 from kernel_builder_tool import REGISTRATION_H
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SKIPPED_FIXTURES = {"hostile", "cheats"}  # cheats: compiled by test_cheat_corpus.py
-NVCC = shutil.which("nvcc")
 CXX = shutil.which("g++")
 
 
@@ -51,22 +50,6 @@ def _fixture_root(path: Path) -> Path:
     return FIXTURES / path.relative_to(FIXTURES).parts[0]
 
 
-@functools.cache
-def _torch_includes() -> tuple[str, ...]:
-    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
-    return tuple(cpp_extension.include_paths())
-
-
-def _cuda_include() -> str | None:
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    if NVCC:
-        candidates.append(str(Path(NVCC).resolve().parent.parent))
-    for home in candidates:
-        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
-            return str(Path(home) / "include")
-    return None
-
-
 # Headers that a fixture's build tool writes and its repository does not hold.
 _TOOL_HEADERS = {"kernel_builder": {"registration.h": REGISTRATION_H}}
 
@@ -84,7 +67,7 @@ def tool_headers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _include_flags(source: Path, tool_headers: dict[str, Path] | None = None) -> list[str]:
-    dirs = [*_torch_includes(), sysconfig.get_paths()["include"]]
+    dirs = [*torch_includes(), sysconfig.get_paths()["include"]]
     own = _fixture_root(source) / "include"
     if own.is_dir():
         dirs.insert(0, str(own))
@@ -141,7 +124,7 @@ def _nvcc_command(source: Path, out_dir: Path) -> list[str] | str:
 def _gxx_command(source: Path, tool_headers: dict[str, Path]) -> list[str] | str:
     if CXX is None:
         return "g++ not found"
-    cuda = _cuda_include()
+    cuda = cuda_include()
     if cuda is None:
         return "CUDA headers (cuda_runtime.h) not found"
     return [CXX, "-fsyntax-only", "-std=c++17", *_defines(source),
@@ -154,7 +137,7 @@ def compiled(request: pytest.FixtureRequest, tool_headers: dict[str, Path],
     """Compile the sources this session selected, two at a time (each compile is one
     process, and the torch headers make each take 5-30 s): per source, None when it
     compiled, the failure's output, or why it could not be tried (a one-line str)."""
-    _torch_includes()
+    torch_includes()
     selected = {item.callspec.params["source"] for item in request.session.items
                 if getattr(item, "callspec", None) is not None
                 and isinstance(item.callspec.params.get("source"), Path)}

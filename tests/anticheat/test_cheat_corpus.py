@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 import re
-import shutil
 import subprocess
 import sysconfig
 import tempfile
@@ -35,11 +33,11 @@ from typing import Any
 
 import pytest
 import yaml
+from cuda_compile import NVCC, cuda_include, torch_includes
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 CHEATS = FIXTURES / "cheats"
-NVCC = shutil.which("nvcc")
 
 REQUIRED_KEYS = {"exploit", "fixture", "kernel", "verdict"}
 OPTIONAL_KEYS = {"check", "runtime_check", "tolerances"}
@@ -328,27 +326,11 @@ def _jobs() -> Iterator[Job]:
 JOBS = list(_jobs())
 
 
-@functools.cache
-def _torch_includes() -> tuple[str, ...]:
-    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
-    return tuple(cpp_extension.include_paths())
-
-
-def _cuda_include() -> str | None:
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    if NVCC:
-        candidates.append(str(Path(NVCC).resolve().parent.parent))
-    for home in candidates:
-        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
-            return str(Path(home) / "include")
-    return None
-
-
 def _command(job: Job, out_dir: Path) -> list[str]:
     assert NVCC is not None
     root = job.entry.fixture_root
-    dirs = [str(root / "include"), str(root), *_torch_includes(), sysconfig.get_paths()["include"]]
-    cuda = _cuda_include()
+    dirs = [str(root / "include"), str(root), *torch_includes(), sysconfig.get_paths()["include"]]
+    cuda = cuda_include()
     if cuda is not None:
         dirs.append(cuda)
     if job.inline:
@@ -385,7 +367,7 @@ def compile_errors(request: pytest.FixtureRequest) -> dict[str, str | None]:
     """Compile the jobs this session selected, two at a time."""
     if NVCC is None:
         pytest.skip("nvcc not found")
-    _torch_includes()
+    torch_includes()
     selected: set[str] = set()
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
