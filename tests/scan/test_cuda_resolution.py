@@ -180,4 +180,7 @@ def test_macro_substitution_follows_the_preprocessor() -> None:
     assert substitute(named, ["x", "n"]) == 'void f_x(int n) { g("x", n); }'
     variadic = MacroDef("V", ("K", "..."), "K(__VA_ARGS__)", "h.h", 2)
     assert substitute(variadic, ["k", "a", "f(b, c)"]) == "k(a, f(b, c))"
+    # `##` pastes with the blanks around it gone, each one, in a row too.
+    pasted = MacroDef("P", ("A", "B"), "A ## _\t##  B + A##B ## ## A", "h.h", 3)
+    assert substitute(pasted, ["x", "n"]) == "x_n + xnx"
     assert split_args(' a, f(b, c), "x,y", d ') == ["a", "f(b, c)", '"x,y"', "d"]
