@@ -33,22 +33,19 @@ from kfbot.scan.treesitter import Node
 
 BLOCK_MACROS = re.compile(
     r"^(?:STABLE_)?(?:PYBIND11_MODULE|TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?(?:_EXPAND)?)$")
-BINDING_Q = f"""(function_definition declarator: (function_declarator
-  declarator: (identifier) @macro parameters: (parameter_list) @params)
-  body: (compound_statement) @body (#match? @macro "{BLOCK_MACROS.pattern}"))"""
 MEMBER_CALL_Q = """(call_expression function: (field_expression argument: (identifier) @obj
   field: (field_identifier) @method) arguments: (argument_list) @args) @call"""
 # `.op("ns::name", &fn)` on a `torch::RegisterOperators()` chain.
 REGISTRY_Q = """(call_expression function: (field_expression argument: (call_expression) @obj
   field: (field_identifier) @method (#eq? @method "op")) arguments: (argument_list) @args)
   @call"""
-PATTERNS = (BINDING_Q, MEMBER_CALL_Q, REGISTRY_Q)
+PATTERNS = (MEMBER_CALL_Q, REGISTRY_Q)
 _SELECTIVE = frozenset({"TORCH_SELECTIVE_NAME", "TORCH_SELECTIVE_SCHEMA"})
 _KEY = re.compile(r"(?:^|::)k?([A-Z][A-Za-z0-9]*)$")
 
 
 def bindings(ctx: FileContext) -> Iterable[Binding]:
-    for m in ctx.found(BINDING_Q):
+    for m in _blocks(ctx):
         macro = tsx.text(m["macro"])
         names = [compact(tsx.text(p)) for p in param_decls(m["params"])]
         if len(names) < 2:
@@ -65,6 +62,24 @@ def bindings(ctx: FileContext) -> Iterable[Binding]:
             if binding is not None:
                 yield binding
     yield from _registry(ctx)
+
+
+def _blocks(ctx: FileContext) -> Iterable[dict[str, Node]]:
+    """The registration blocks, which the grammar reads as functions: the macro as the
+    name, its arguments as parameters (`PYBIND11_MODULE(name, m) { ... }`)."""
+    if b"PYBIND11_MODULE" not in ctx.source and b"TORCH_LIBRARY" not in ctx.source:
+        return  # nearly every file: no block macro is written in it
+    for _, _, fn in ctx.functions:
+        declarator = fn.child_by_field_name("declarator")
+        if declarator is None or declarator.type != "function_declarator":
+            continue
+        macro = declarator.child_by_field_name("declarator")
+        params = declarator.child_by_field_name("parameters")
+        body = fn.child_by_field_name("body")
+        if macro is not None and macro.type == "identifier" and params is not None \
+                and params.type == "parameter_list" and body is not None \
+                and body.type == "compound_statement" and BLOCK_MACROS.match(tsx.text(macro)):
+            yield {"macro": macro, "params": params, "body": body}
 
 
 def _registry(ctx: FileContext) -> Iterable[Binding]:

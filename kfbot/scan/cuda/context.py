@@ -17,6 +17,8 @@ class FileContext(Protocol):
     """One parsed CUDA/C++ file and its lookups (implemented by `facts.Ctx`)."""
 
     file: str
+    # The bytes the tree was parsed from: a byte test tells a file holds no such thing.
+    source: bytes
     # The query pattern of a call, whose matches the readers take from the file's query.
     call_pattern: str
     # Every function definition as (start byte, end byte, node), in file order.

@@ -45,12 +45,11 @@ from kfbot.scan.model import (
 )
 from kfbot.scan.treesitter import Node
 
-KERNEL_Q = '(function_definition "__global__") @fn'
 FUNCTION_Q = "(function_definition) @fn"
 LAUNCH_Q = """(call_expression function: (_) @callee (kernel_call_syntax) @cfg
   arguments: (argument_list) @args) @call"""
-LAUNCH_API_Q = """(call_expression function: (identifier) @api arguments: (argument_list) @args
-  (#match? @api "^cuda(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel)(_ptsz)?$")) @call"""
+# A call of these by name launches the kernel its argument names (a call as CALL_Q finds).
+LAUNCH_API = re.compile(r"^cuda(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel)(_ptsz)?$")
 DEFINE_Q = "(preproc_def name: (identifier) @name value: (preproc_arg) @value) @def"
 CONST_Q = """(declaration declarator: (init_declarator declarator: (identifier) @name
   value: (number_literal) @value)) @decl"""
@@ -68,14 +67,16 @@ CPP_KEYWORDS = frozenset({
 SCOPE_Q = "[(namespace_definition) (class_specifier) (struct_specifier)] @s"
 TEMPLATE_Q = """(template_declaration parameters: (template_parameter_list) @params
   (function_definition) @fn)"""
-IFNDEF_Q = """(preproc_ifdef "#ifndef" name: (identifier) @guard
-  (preproc_def name: (identifier) @name) @def)"""
 LINKAGE_Q = "(linkage_specification) @l"
 # Compiling a query costs tens of ms in every process (more than matching it on a file),
 # but a pattern added to a query costs a few: all patterns but ASSIGN_Q (seldom needed)
 # are one query, matched once per file; the matches inside one node are taken from it.
-FILE_PATTERNS = (KERNEL_Q, FUNCTION_Q, LAUNCH_Q, LAUNCH_API_Q, DEFINE_Q, CONST_Q, INCLUDE_Q,
-                 USING_Q, SCOPE_Q, TEMPLATE_Q, IFNDEF_Q, LINKAGE_Q, *cuda_bindings.PATTERNS,
+# Which functions are kernels, which #defines an #ifndef guards and which calls are
+# cudaLaunchKernel are read off the functions, conditionals and calls it finds anyway:
+# as patterns of their own (an anonymous child, a predicate) they cost a third of the
+# compile and a tenth of the matching.
+FILE_PATTERNS = (FUNCTION_Q, LAUNCH_Q, DEFINE_Q, CONST_Q, INCLUDE_Q,
+                 USING_Q, SCOPE_Q, TEMPLATE_Q, LINKAGE_Q, *cuda_bindings.PATTERNS,
                  *cuda_calls.PATTERNS, *cuda_conditions.PATTERNS, *cuda_macros.PATTERNS)
 INT_TYPES = frozenset({
     "int", "unsigned", "unsigned int", "long", "long long", "short", "size_t", "int32_t",
@@ -99,7 +100,7 @@ def extract_cuda_facts(rel_path: str, source: bytes, line_offset: int = 0) -> Cu
     ctx = Ctx(rel_path, line_offset, root, parsed, attributes)
     return CudaFileFacts(
         file=rel_path,
-        kernels=tuple(_kernel(ctx, m["fn"]) for m in ctx.found(KERNEL_Q)),
+        kernels=tuple(_kernel(ctx, fn) for _, _, fn in ctx.functions if ctx.is_kernel(fn)),
         launches=tuple(_launches(ctx)),
         bindings=tuple(cuda_bindings.bindings(ctx)),
         tunables=tuple(_tunables(ctx)),
@@ -138,16 +139,16 @@ class Ctx:
         self.functions = sorted(((m["fn"].start_byte, m["fn"].end_byte, m["fn"])
                                  for m in self.found(FUNCTION_Q)), key=lambda t: t[0])
         self.starts = [f[0] for f in self.functions]
+        # The specifiers written before each function's name, by its start byte.
+        self._heads = {start: {c.type for c in fn.children} for start, _, fn in self.functions}
         self.template_lists = {m["fn"].id: m["params"] for m in self.found(TEMPLATE_Q)}
-        self.guarded = {m["def"].id for m in self.found(IFNDEF_Q)
-                        if tsx.text(m["guard"]) == tsx.text(m["name"])}
+        self.guarded = _guarded(self.found(cuda_conditions.PREPROC_Q))
         self.linkage = [(m["l"].start_byte, m["l"].end_byte) for m in self.found(LINKAGE_Q)
                         if '"C"' in tsx.text(m["l"].child_by_field_name("value"))]
         self.conditions = Conditions([self.found(p) for p in cuda_conditions.PATTERNS])
 
         self._uses: dict[int, tuple[str, ...]] = {}
         self._names: dict[int, str | None] = {}
-        self._device_only: dict[int, bool] = {}
         self._assigned: dict[tuple[int, bytes], list[Node]] = {}
         self.params: dict[int, tuple[str, ...]] = {}  # by function start: parameter names
         self.root = root
@@ -226,10 +227,14 @@ class Ctx:
         return None
 
     def device_only(self, fn: Node) -> bool:
-        found = self._device_only.get(fn.start_byte)
-        if found is None:
-            found = self._device_only[fn.start_byte] = _is_device_only(fn)
-        return found
+        kinds = self._heads.get(fn.start_byte)
+        if kinds is None:  # not a function definition of the file's query
+            kinds = {c.type for c in fn.children}
+        return "__global__" in kinds or ("__device__" in kinds and "__host__" not in kinds)
+
+    def is_kernel(self, fn: Node) -> bool:
+        """A `__global__` function (the specifier is a child of the definition)."""
+        return "__global__" in self._heads[fn.start_byte]
 
     def function_name(self, fn: Node) -> str | None:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
@@ -262,11 +267,23 @@ def _syntax_problems(ctx: Ctx, tree: tsx.Tree) -> Iterable[Problem]:
                     f"{where or 'unknown'}); the rest of the file was read", "info")]
 
 
-def _is_device_only(fn: Node) -> bool:
-    kinds = {c.type for c in fn.children}
-    if "__global__" in kinds:
-        return True
-    return "__device__" in kinds and "__host__" not in kinds
+def _guarded(conditionals: list[dict[str, Node]]) -> set[int]:
+    """The `#define X` written directly in an `#ifndef X` (a default the build may set),
+    by node id."""
+    found: set[int] = set()
+    for m in conditionals:
+        node, name = m["pp"], m["cond"]
+        if node.type != "preproc_ifdef" or name.type != "identifier":
+            continue
+        children = node.children
+        at = next(i for i, c in enumerate(children) if c.id == name.id)
+        if not any(c.type == "#ifndef" for c in children[:at]):
+            continue
+        guard = tsx.text(name)
+        found.update(c.id for c in children[at + 1:] if c.type == "preproc_def"
+                     and (d := c.child_by_field_name("name")) is not None
+                     and d.type == "identifier" and tsx.text(d) == guard)
+    return found
 
 
 # --- kernels ---------------------------------------------------------------------------
@@ -336,9 +353,9 @@ def _launches(ctx: Ctx) -> Iterable[LaunchSite]:
         cfg += [None] * (4 - len(cfg))
         for callee, style in _resolve_callee(ctx, m["callee"], "chevron"):
             yield _launch_site(ctx, m["call"], callee, style, cfg[:4], m["args"].named_children)
-    for m in ctx.found(LAUNCH_API_Q):
+    for m in _api_launches(ctx):
         args = m["args"].named_children
-        pick = 1 if tsx.text(m["api"]).startswith("cudaLaunchKernelEx") else 0
+        pick = 1 if tsx.text(m["callee"]).startswith("cudaLaunchKernelEx") else 0
         if len(args) <= pick:
             continue
         grid_block: list[str | None] = [None] * 4
@@ -347,6 +364,14 @@ def _launches(ctx: Ctx) -> Iterable[LaunchSite]:
                           for a in (args[1], args[2], _nth(args, 4), _nth(args, 5))]
         for callee, _ in _resolve_callee(ctx, args[pick], "cudaLaunchKernel"):
             yield _launch_site(ctx, m["call"], callee, "cudaLaunchKernel", grid_block, [])
+
+
+def _api_launches(ctx: Ctx) -> list[dict[str, Node]]:
+    """The calls of cudaLaunchKernel and its kin by name."""
+    if b"cudaLaunch" not in ctx.source:  # nearly every file
+        return []
+    return [m for m in ctx.found(cuda_calls.CALL_Q) if m["callee"].type == "identifier"
+            and LAUNCH_API.match(tsx.text(m["callee"]))]
 
 
 def _nth(nodes: list[Node], i: int) -> Node | None:
