@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kfbot.scan.cuda.facts import extract_cuda_facts
+import re
+
+from kfbot.scan.cuda.facts import CPP_KEYWORDS, extract_cuda_facts
 
 TEMPLATED = b"""\
 #include "common.cuh"
@@ -34,6 +36,19 @@ def test_kernel_definition_fields() -> None:
         ("const T* __restrict__", "a"), ("T*", "b"), ("int", "n")]
     assert k.launch_bounds == ("256", "2")
     assert "TILE" in k.uses and "blockIdx" in k.uses
+
+
+def test_uses_are_the_words_of_the_kernel_as_a_regular_expression_finds_them() -> None:
+    source = """// h\u00e9lper: 0.5f 1e-6f 0x1Fu
+__global__ void k(float* __restrict__ o, int n2) {
+  const float v = 0.5f * o[0] + 1e-6f + 2.0e+3 - 0x1Fu; int _a1 = n2 % 7;
+  o[_a1] = v; /* caf\u00e9 3d_tile x9y */ }
+""".encode()
+    (k,) = extract_cuda_facts("k.cu", source).kernels
+    text = source.decode()[source.decode().index("__global__"):]
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - CPP_KEYWORDS
+    assert k.uses == tuple(sorted(words))
+    assert {"f", "e", "x1Fu", "d_tile", "x9y", "caf", "n2", "_a1"} <= set(k.uses)
 
 
 def test_chevron_and_launch_api_sites() -> None:

@@ -78,14 +78,16 @@ def _calls(ctx: FileContext) -> Iterable[HostCall]:
         if fn is None or ctx.device_only(fn) or _is_launch(site):
             continue
         callee = m["callee"]
-        arity = len(m["args"].named_children)
-        yield _edge(ctx, fn, site, template_name(callee), arity)
-        for name in template_arg_names(callee):
-            yield _edge(ctx, fn, site, name, -1)
+        yield _edge(ctx, fn, site, template_name(callee), m["args"].named_child_count)
+        if callee.type != "identifier":  # a plain name has no template arguments
+            for name in template_arg_names(callee):
+                yield _edge(ctx, fn, site, name, -1)
     functions = _functions_named(ctx)
     for pattern in (ARG_REF_Q, INIT_REF_Q):
         for m in ctx.found(pattern):
             ref = m["ref"]
+            if ref.type == "identifier" and tsx.text(ref) not in functions:
+                continue  # a variable (see below), as most arguments are: the cheap test first
             fn = ctx.enclosing_function(ref)
             if fn is None or ctx.device_only(fn):
                 continue
