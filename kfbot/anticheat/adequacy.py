@@ -43,6 +43,9 @@ MEANING = {
 # Said by the replay mutant for each call it answered truly (`mutants.IDLE`, repeated
 # here: this module runs without torch).
 IDLE = "nothing earlier of this shape to replay"
+# Said by the capture for each call a mutant left as it was: the reason, then
+# "(call n in process p)", so that every such call is counted.
+UNMUTATED = "mutant not applicable"
 MutantVerdictKind = Literal["rejected", "accepted", "not-run"]
 
 
@@ -141,19 +144,18 @@ def check_adequacy(tests: MutantRunner, mutants: Sequence[str] = MUTANTS) -> Ade
 
 def judge(mutant: str, result: MutantRun) -> MutantVerdict:
     calls = sum(n for _, n in result.op_calls)
-    # A replay with nothing earlier to replay answers that call truly (see `IDLE`).
-    idle = sum(IDLE in e for e in result.errors)
-    skipped = next((e for e in result.errors if "mutant not applicable" in e
-                    and IDLE not in e), None)
+    # The calls a mutant left as they were (no floating input on a one-element call, no
+    # earlier result to replay): it ran if it changed any other call.
+    unchanged = [e.split(f"{UNMUTATED}: ", 1)[-1].rsplit(" (call ", 1)[0]
+                 for e in result.errors if UNMUTATED in e]
     if result.timed_out:
         return MutantVerdict(mutant, "not-run", "the tests timed out")
-    if skipped is not None:
-        return MutantVerdict(mutant, "not-run", skipped.split("mutant not applicable: ")[-1])
     if calls == 0:
         return MutantVerdict(mutant, "not-run", "the tests never called the op")
-    if idle >= calls:
-        return MutantVerdict(mutant, "not-run", "no call of the op repeats the shape of an "
-                                                "earlier one: there is nothing to replay")
+    if len(unchanged) >= calls:
+        reason = next((r for r in unchanged if r != IDLE), None)
+        return MutantVerdict(mutant, "not-run", reason or (
+            "no call of the op repeats the shape of an earlier one: there is nothing to replay"))
     if result.exit_code == 0:
         return MutantVerdict(mutant, "accepted", f"the tests passed ({calls} calls)")
     last = result.output_tail.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]

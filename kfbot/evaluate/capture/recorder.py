@@ -48,6 +48,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from kfbot.anticheat.adequacy import UNMUTATED
 from kfbot.evaluate.capture.describe import compiling, describe
 from kfbot.evaluate.capture.imports import PostImportFinder, current_finder
 from kfbot.evaluate.capture.protocol import CAPTURE_ENV, CaptureFile, CaptureRequest
@@ -91,6 +92,7 @@ class Capture:
         self._signatures: dict[tuple[object, ...], CallSignature] = {}
         self._calls = dict.fromkeys(self._refs, 0)
         self._raised = dict.fromkeys(self._refs, 0)
+        self._unmutated = 0  # calls a mutant left as they were
         self._recorded = dict.fromkeys(self._refs, 0)
         self._errors: dict[str, None] = {}  # an ordered set
         self._patches: list[_Patch] = []
@@ -364,7 +366,12 @@ class Capture:
         try:
             return mutate(str(self.request.mutant), result, args, kwargs, original)
         except NotApplicable as exc:
-            self.error(f"{op}: mutant not applicable: {exc}")
+            # Numbered, so each call left as it was is a message of its own: the gate
+            # counts them against the calls (a mutant that changed none did not run).
+            with self._lock:
+                self._unmutated += 1
+                n = self._unmutated
+            self.error(f"{op}: {UNMUTATED}: {exc} (call {n} in process {os.getpid()})")
             return result
 
     def _describe_call(
