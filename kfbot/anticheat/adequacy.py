@@ -43,8 +43,6 @@ MEANING = {
 # Said by the replay mutant for each call it answered truly (`mutants.IDLE`, repeated
 # here: this module runs without torch).
 IDLE = "nothing earlier of this shape to replay"
-# Said by the capture for each call a mutant left as it was: the reason, then
-# "(call n in process p)", so that every such call is counted.
 UNMUTATED = "mutant not applicable"
 MutantVerdictKind = Literal["rejected", "accepted", "not-run"]
 
@@ -142,12 +140,24 @@ def check_adequacy(tests: MutantRunner, mutants: Sequence[str] = MUTANTS) -> Ade
     return Adequacy(tuple(tests.targets), tuple(verdicts))
 
 
+def unmutated(op: str, reason: str, call: str) -> str:
+    """What the capture says of a call a mutant left as it was; `call` names the call,
+    so that each is a message of its own and the gate counts every one."""
+    return f"{op}: {UNMUTATED}: {reason} (call {call})"
+
+
+def _unmutated_reason(error: str) -> str | None:
+    """The reason of an `unmutated` message; None for any other error."""
+    if UNMUTATED not in error:
+        return None
+    return error.split(f"{UNMUTATED}: ", 1)[-1].rsplit(" (call ", 1)[0]
+
+
 def judge(mutant: str, result: MutantRun) -> MutantVerdict:
     calls = sum(n for _, n in result.op_calls)
     # The calls a mutant left as they were (no floating input on a one-element call, no
     # earlier result to replay): it ran if it changed any other call.
-    unchanged = [e.split(f"{UNMUTATED}: ", 1)[-1].rsplit(" (call ", 1)[0]
-                 for e in result.errors if UNMUTATED in e]
+    unchanged = [r for e in result.errors if (r := _unmutated_reason(e)) is not None]
     if result.timed_out:
         return MutantVerdict(mutant, "not-run", "the tests timed out")
     if calls == 0:

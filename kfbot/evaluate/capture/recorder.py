@@ -48,7 +48,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kfbot.anticheat.adequacy import UNMUTATED
+from kfbot.anticheat.adequacy import unmutated
 from kfbot.evaluate.capture.describe import compiling, describe
 from kfbot.evaluate.capture.imports import PostImportFinder, current_finder
 from kfbot.evaluate.capture.protocol import CAPTURE_ENV, CaptureFile, CaptureRequest
@@ -371,7 +371,7 @@ class Capture:
             with self._lock:
                 self._unmutated += 1
                 n = self._unmutated
-            self.error(f"{op}: {UNMUTATED}: {exc} (call {n} in process {os.getpid()})")
+            self.error(unmutated(op, str(exc), f"{n} in process {os.getpid()}"))
             return result
 
     def _describe_call(

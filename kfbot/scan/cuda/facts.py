@@ -227,14 +227,17 @@ class Ctx:
         return None
 
     def device_only(self, fn: Node) -> bool:
-        kinds = self._heads.get(fn.start_byte)
-        if kinds is None:  # not a function definition of the file's query
-            kinds = {c.type for c in fn.children}
+        kinds = self._kinds(fn)
         return "__global__" in kinds or ("__device__" in kinds and "__host__" not in kinds)
 
     def is_kernel(self, fn: Node) -> bool:
         """A `__global__` function (the specifier is a child of the definition)."""
-        return "__global__" in self._heads[fn.start_byte]
+        return "__global__" in self._kinds(fn)
+
+    def _kinds(self, fn: Node) -> set[str]:
+        kinds = self._heads.get(fn.start_byte)
+        # Not a function definition of the file's query.
+        return kinds if kinds is not None else {c.type for c in fn.children}
 
     def function_name(self, fn: Node) -> str | None:
         """Qualified name of a function definition, scope included: e.g. "ns::S::run"."""
