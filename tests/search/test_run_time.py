@@ -124,12 +124,15 @@ def _charged(work: Clocked, budget: Budget
 
 def test_a_signal_stops_the_run_where_it_waits_and_stops_the_compilers_first() -> None:
     stopped: list[str] = []
+    # What this process had before (a Ray node started by an earlier test of the same
+    # worker leaves a handler of its own): the run must put that back.
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(RunStopped) as caught, stop_on(on_stop=lambda: stopped.append("x")):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # a wait (a GPU job, a build): the signal ends it
     assert caught.value.reason == "SIGTERM received" and caught.value.exit_code == 143
     assert stopped == ["x"]
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
+    assert signal.getsignal(signal.SIGTERM) == before  # restored
 
 
 def test_the_time_limit_stops_the_run_at_its_end() -> None:
