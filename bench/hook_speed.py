@@ -83,7 +83,7 @@ def time_check(repo: Path, files: list[str], env: dict[str, str], repeat: int,
 
 def make_large_repo(where: Path) -> tuple[Path, str]:
     """300 source files, committed; one line of one test changed. The changed file."""
-    from scan_speed import generate  # the same generator as the scan benchmark
+    from scan_tree import generate  # the same generator as the scan benchmark
 
     repo = where / "large"
     generate(repo, cu=150, py=150, packages=3, seed=1)
