@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from kfbot.scan.model import BuildRecipe, InlineSource, PyFileFacts, ReferenceTest
+from kfbot.scan.model import BuildRecipe, InlineSource, PyFileFacts
 from kfbot.scan.python.facts import extract_python_facts
 
 
@@ -20,11 +20,6 @@ def _facts(source: str, path: str = "pkg/mod.py",
 
 def _build(facts: PyFileFacts, name: str) -> BuildRecipe:
     (found,) = [b for b in facts.builds if b.name == name]
-    return found
-
-
-def _ref(facts: PyFileFacts, test: str) -> ReferenceTest:
-    (found,) = [r for r in facts.references if r.test == test]
     return found
 
 

@@ -3,24 +3,11 @@ shapes and dtypes, through wrappers, helpers, fixtures and imported modules."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
+from test_python_facts import _build, _facts
 
-from kfbot.scan.model import BuildRecipe, PyFileFacts, ReferenceTest
+from kfbot.scan.model import PyFileFacts, ReferenceTest
 from kfbot.scan.python.facts import extract_python_facts
-
-
-def _facts(source: str, path: str = "pkg/mod.py",
-           files: Iterable[str] | None = None) -> PyFileFacts:
-    present = set(files) if files is not None else None
-    exists = (lambda rel: rel in present) if present is not None else None
-    return extract_python_facts(path, source.encode(), exists)
-
-
-def _build(facts: PyFileFacts, name: str) -> BuildRecipe:
-    (found,) = [b for b in facts.builds if b.name == name]
-    return found
 
 
 def _ref(facts: PyFileFacts, test: str) -> ReferenceTest:
