@@ -3,6 +3,7 @@ git repository: every object it reads or makes is a real git object there."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -25,8 +26,6 @@ def _bare(req: Request) -> Path:
 def _git_out(bare: Path, *args: str, data: bytes | None = None,
              env: dict[str, str] | None = None, missing: int = 404) -> bytes:
     """git in the bare repository; a failure is answered as GitHub would (404 or 422)."""
-    import os
-
     done = subprocess.run(["git", "--git-dir", str(bare), *args], input=data,
                           capture_output=True, check=False, env={**os.environ, **(env or {})})
     if done.returncode != 0:
