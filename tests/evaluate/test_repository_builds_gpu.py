@@ -130,11 +130,11 @@ def test_the_tests_are_observed_in_the_tree_the_repository_built(
 
 @pytest.fixture(scope="module")
 def library_loop_built(cache: Path) -> Path:
-    """`cache` holding library_loop as its setup.py builds it. A baseline builds it once
-    per module; where this test runs apart from the ones above (another xdist worker, or
-    `-k`), this one does."""
+    """`cache` holding library_loop as its setup.py builds it: the original's build alone
+    (no capture), a cache hit after the tests above; where this test runs apart from them
+    (another xdist worker, or `-k`), the build happens here."""
     with Engine(_task("library_loop", "row_shift_kernel"), _settings(cache)) as engine:
-        assert engine.baseline().ok
+        assert engine.original().ok
     return cache
 
 
