@@ -9,6 +9,7 @@ from pathlib import Path
 
 import git
 import pytest
+from hook_projects import EXAMPLE, ROOT, SOFTMAX, commit, edit, snapshot
 
 from kfbot.cli import main
 from kfbot.evaluate.against_base import compare_with_base
@@ -16,10 +17,7 @@ from kfbot.scan.changes import by_op, changed_kernels
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "fixtures" / "example"
 FASTER = ROOT / "tests" / "data" / "candidates" / "softmax_block_per_row" / "csrc" / "softmax.cu"
-SOFTMAX = "csrc/softmax.cu"
 # Four sums of exponentials instead of one: the same result within float rounding, and
 # clearly slower on the large input.
 SLOWER = ("    float sum = 0.0f;\n"
@@ -41,31 +39,14 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def project(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "example"
     shutil.copytree(EXAMPLE, root)
-    repo = git.Repo.init(root)
-    with repo.config_writer() as cfg:
-        cfg.set_value("user", "name", "Dev")
-        cfg.set_value("user", "email", "dev@example.com")
-    repo.git.add("-A")
-    repo.index.commit("initial")
+    commit(root)
     monkeypatch.setenv("KFBOT_CACHE", str(cache))
     return root
 
 
-def _edit(root: Path, old: str, new: str) -> None:
-    path = root / SOFTMAX
-    assert old in path.read_text()
-    path.write_text(path.read_text().replace(old, new))
-
-
-def _state(root: Path) -> tuple[str, str, str]:
-    repo = git.Repo(root)
-    return (repo.git.status("--porcelain"), repo.git.worktree("list"),
-            (root / SOFTMAX).read_text())
-
-
 def test_a_faster_kernel_is_verified_and_reported_faster(project: Path, cache: Path) -> None:
     shutil.copyfile(FASTER, project / SOFTMAX)
-    before = _state(project)
+    before = snapshot(project)
     # The faster version adds a kernel for short rows: one op, verified once.
     (group,) = by_op(changed_kernels(project, "HEAD", [SOFTMAX]))
     assert [c.kernel.name for c in group] == ["softmax_kernel", "softmax_short_rows"]
@@ -75,13 +56,13 @@ def test_a_faster_kernel_is_verified_and_reported_faster(project: Path, cache: P
     assert comparison.ok, comparison.change
     assert comparison.change.verdict == "faster", comparison.change.timings
     assert comparison.slower_shapes == []
-    assert _state(project) == before  # the worktree is gone, the change still in place
+    assert snapshot(project) == before  # the worktree is gone, the change still in place
 
 
 def test_the_hook_warns_about_a_slowdown_and_fails_only_when_asked(
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _edit(project, *SLOWER)
-    before = _state(project)
+    edit(project / SOFTMAX, *SLOWER)
+    before = snapshot(project)
     assert main(["hook", "verify", "--repo", str(project), str(project / SOFTMAX)]) == 0
     out = capsys.readouterr().out
     assert "softmax_kernel: correct on" in out
@@ -90,11 +71,11 @@ def test_the_hook_warns_about_a_slowdown_and_fails_only_when_asked(
     assert main(["hook", "verify", "--repo", str(project), "--fail-on-slower",
                  str(project / SOFTMAX)]) == 1
     assert "softmax_kernel: FAILED: significantly slower" in capsys.readouterr().out
-    assert _state(project) == before
+    assert snapshot(project) == before
 
 
 def test_the_hook_fails_a_wrong_kernel(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _edit(project, *WRONG)
+    edit(project / SOFTMAX, *WRONG)
     assert main(["hook", "verify", "--repo", str(project), "--require-gpu"]) == 1
     out = capsys.readouterr().out
     assert "softmax_kernel: FAILED at correctness:" in out, out
